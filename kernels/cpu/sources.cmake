@@ -1,0 +1,1 @@
+list(APPEND ATTN_KERNEL_SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu_attention.cc)

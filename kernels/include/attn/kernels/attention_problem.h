@@ -1,0 +1,129 @@
+// The attention problem every kernel family computes, and the tensors it reads and writes.
+//
+//   O = softmax(scale · Q Kᵀ + band mask) V      (DESIGN.md §4)
+//
+// Layouts (row-major, innermost last; element type `dtype` unless stated):
+//   kPadded:  q, o (B, T, N, H)   k, v (B, S, K, H)   lse (B, N, T) float32
+//   kVarlen:  q, o (total_q, N, H)   k, v (total_kv, K, H)   lse (N, total_q) float32
+//             batch entry b owns rows [q_offsets[b], q_offsets[b+1]) of q/o and
+//             [kv_offsets[b], kv_offsets[b+1]) of k/v.
+// Grouped heads: N % K == 0; query head h reads KV head h / (N / K) (MHA K=N, MQA K=1).
+// Lengths: T_b = q_lengths[b], S_b = kv_lengths[b] (padded: full extents T, S when absent).
+//   Keys j >= S_b and queries i >= T_b are masked; output rows i >= T_b are zero.
+// A query row that sees no key outputs zeros and lse = -inf.
+// This header is host- and device-compatible and includes nothing from the server or proto.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ATTN_HD __host__ __device__ __forceinline__
+#else
+#define ATTN_HD inline
+#endif
+
+namespace attn::kernels {
+
+/// Element types. Sizes: kFloat32 4 bytes, kFloat16 2 (IEEE binary16), kBFloat16 2 (bfloat16),
+/// kFloat8E4M3 1 (OCP FP8 E4M3, finite-only with NaN 0x7F/0xFF).
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kFloat8E4M3 = 3 };
+
+/// Bytes per element of `dtype`.
+ATTN_HD int DTypeSize(DType dtype) {
+  return dtype == DType::kFloat32 ? 4 : (dtype == DType::kFloat8E4M3 ? 1 : 2);
+}
+/// "float32", "float16", "bfloat16", "float8_e4m3".
+const char* DTypeName(DType dtype);
+
+/// Where the causal diagonal sits. Top-left keeps j <= i; bottom-right keeps j <= i + (S_b - T_b).
+/// PyTorch/JAX `is_causal` is top-left; FlashAttention and KV-cache decode are bottom-right.
+enum class CausalAlignment : int { kNone = 0, kTopLeft = 1, kBottomRight = 2 };
+const char* CausalAlignmentName(CausalAlignment a);
+
+/// The band mask: a causal alignment plus an optional sliding window, in keys.
+/// The band's diagonal for row i is d(i) = i (top-left) or i + S_b - T_b (bottom-right, and
+/// also for kNone, as in FlashAttention's window_size). Keys kept: d(i) - window_left <= j <=
+/// d(i) + window_right; a negative window means unbounded on that side; causal forces
+/// window_right = 0.
+struct MaskSpec {
+  CausalAlignment causal = CausalAlignment::kNone;
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+};
+
+/// Inclusive key range [lo, hi]; empty when lo > hi.
+struct KeyRange {
+  int64_t lo;
+  int64_t hi;
+  ATTN_HD bool empty() const { return lo > hi; }
+};
+
+/// The keys query row `i` of a batch entry with `q_len` queries and `kv_len` keys may see,
+/// clipped to [0, kv_len). Rows i >= q_len see nothing. Single source of the mask semantics.
+ATTN_HD KeyRange BandKeyRange(const MaskSpec& m, int64_t i, int64_t q_len, int64_t kv_len) {
+  if (i >= q_len || kv_len <= 0) return {0, -1};
+  const int64_t diag = i + (m.causal == CausalAlignment::kTopLeft ? 0 : kv_len - q_len);
+  int64_t lo = 0;
+  int64_t hi = kv_len - 1;
+  if (m.window_left >= 0 && diag - m.window_left > lo) lo = diag - m.window_left;
+  const int64_t wr = m.causal != CausalAlignment::kNone ? 0 : m.window_right;
+  if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+  return {lo, hi};
+}
+
+/// Padded (B, T, N, H) tensors or packed varlen (total, N, H) tensors.
+enum class Layout : int { kPadded = 0, kVarlen = 1 };
+
+/// Shape, dtype and semantics of one attention launch: what Plan() is keyed on.
+struct AttentionShape {
+  Layout layout = Layout::kPadded;
+  DType dtype = DType::kBFloat16;  ///< dtype of q, k, v and o
+  int64_t batch = 0;               ///< B
+  int64_t max_q_len = 0;           ///< T: padded extent, or max q length for varlen
+  int64_t max_kv_len = 0;          ///< S: padded extent, or max kv length for varlen
+  int64_t total_q = 0;             ///< varlen only: rows of q/o (sum of q_lengths)
+  int64_t total_kv = 0;            ///< varlen only: rows of k/v (sum of kv_lengths)
+  int64_t num_heads = 0;           ///< N
+  int64_t num_kv_heads = 0;        ///< K; N % K == 0
+  int64_t head_dim = 0;            ///< H
+  MaskSpec mask;
+  float scale = 0.f;        ///< softmax scale; callers resolve the default 1/sqrt(H) first
+  bool has_lengths = false; ///< padded: q_lengths/kv_lengths given (varlen: always true)
+  bool return_lse = false;
+
+  ATTN_HD int64_t group_size() const { return num_heads / num_kv_heads; }
+  /// Rows of q/o: B*T (padded) or total_q (varlen).
+  ATTN_HD int64_t q_rows() const { return layout == Layout::kPadded ? batch * max_q_len : total_q; }
+  /// Rows of k/v: B*S (padded) or total_kv (varlen).
+  ATTN_HD int64_t kv_rows() const {
+    return layout == Layout::kPadded ? batch * max_kv_len : total_kv;
+  }
+  ATTN_HD int64_t q_elements() const { return q_rows() * num_heads * head_dim; }
+  ATTN_HD int64_t kv_elements() const { return kv_rows() * num_kv_heads * head_dim; }
+  /// Elements of lse: B*N*T (padded) or N*total_q (varlen).
+  ATTN_HD int64_t lse_elements() const { return q_rows() * num_heads; }
+  /// FLOPs counted as 4·Σ_b T_b·S_b·N·H over full extents (DESIGN.md §10), not halved for causal.
+  double dense_flops() const;
+};
+
+/// Pointers for one launch. Host pointers for the CPU reference, device pointers for CUDA
+/// families. Ownership stays with the caller; kernels never free.
+struct AttentionTensors {
+  const void* q = nullptr;  ///< see layouts above
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;                ///< null unless shape.return_lse
+  const int32_t* q_lengths = nullptr;  ///< (B) or null (padded, full extents)
+  const int32_t* kv_lengths = nullptr; ///< (B) or null (padded, full extents)
+  const int64_t* q_offsets = nullptr;  ///< varlen: (B+1) exclusive prefix sum of q_lengths
+  const int64_t* kv_offsets = nullptr; ///< varlen: (B+1) exclusive prefix sum of kv_lengths
+};
+
+/// Length of batch entry b's queries given host or device-visible `lengths` (null: `full`).
+ATTN_HD int64_t LengthOr(const int32_t* lengths, int64_t b, int64_t full) {
+  return lengths ? static_cast<int64_t>(lengths[b]) : full;
+}
+
+}  // namespace attn::kernels

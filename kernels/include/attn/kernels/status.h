@@ -1,0 +1,94 @@
+// Status and StatusOr: the error type that crosses module boundaries (DESIGN.md §13.1).
+//
+// Codes mirror gRPC's canonical codes so the service converts them one-to-one at its edge.
+// Kernels themselves return cudaError_t; backends convert once, here. No exceptions cross modules.
+// Thread-safety: value types, safe to copy between threads.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace attn {
+
+/// Canonical status codes; numeric values equal grpc::StatusCode's.
+enum class StatusCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+/// Returns the upper-case gRPC name of a code, e.g. "INVALID_ARGUMENT".
+const char* StatusCodeName(StatusCode code);
+
+/// A code and a human-readable message. Ok() has an empty message.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  /// "CODE: message", for logs.
+  std::string ToString() const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+
+/// A value or the Status explaining why there is none.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)), has_value_(true) {}  // NOLINT
+  bool ok() const { return has_value_; }
+  const Status& status() const { return status_; }
+  T& value() & { return value_; }
+  const T& value() const& { return value_; }
+  T&& value() && { return std::move(value_); }
+  T* operator->() { return &value_; }
+  const T* operator->() const { return &value_; }
+  T& operator*() { return value_; }
+  const T& operator*() const { return value_; }
+
+ private:
+  Status status_;
+  T value_{};
+  bool has_value_ = false;
+};
+
+}  // namespace attn
+
+/// Returns early from the enclosing function when `expr` yields a non-ok Status.
+#define ATTN_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::attn::Status _attn_status = (expr);        \
+    if (!_attn_status.ok()) return _attn_status; \
+  } while (0)
