@@ -1,0 +1,166 @@
+#include "loadgen/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace attn::loadgen {
+namespace {
+
+std::string Format(const char* fmt, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, value);
+  return buf;
+}
+
+std::string Row(const std::string& label, const std::string& value) {
+  std::string line = "  " + label;
+  if (line.size() < 22) line.resize(22, ' ');
+  return line + value + "\n";
+}
+
+nlohmann::json SummaryJson(const Summary& s, bool with_tail) {
+  if (s.count == 0) return nullptr;
+  nlohmann::json j = {{"count", s.count}, {"mean", s.mean}, {"p50", s.p50}};
+  if (with_tail) {
+    j["p90"] = s.p90;
+    j["p99"] = s.p99;
+    j["max"] = s.max;
+  }
+  return j;
+}
+
+// JSON has no infinity: write non-finite errors as null.
+nlohmann::json Number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nullptr; }
+
+}  // namespace
+
+Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s) {
+  Report r;
+  r.info = info;
+  r.wall_s = wall_s;
+  std::vector<double> latencies;
+  std::array<std::vector<double>, 7> phases;
+  for (const Sample& s : samples) {
+    ++r.sent;
+    if (s.status != "OK") {
+      ++r.errors[s.status];
+      r.first_messages.emplace(s.status, s.error_message);
+      continue;
+    }
+    ++r.ok;
+    r.query_tokens += s.query_tokens;
+    latencies.push_back(s.latency_ms);
+    for (size_t p = 0; p < phases.size(); ++p)
+      phases[p].push_back(static_cast<double>(s.phase_us[p]));
+    ++r.backends[s.backend.empty() ? "(none)"
+                                   : s.backend + " on " + (s.device.empty() ? "?" : s.device)];
+    if (s.verified) {
+      ++r.verified;
+      if (s.mismatch) {
+        ++r.mismatches;
+        if (r.first_mismatch.empty()) {
+          r.first_mismatch = "request " + std::to_string(s.index) + ": " + s.mismatch_detail;
+        }
+      }
+      if (!(s.rel_error <= r.worst_rel_error)) r.worst_rel_error = s.rel_error;
+      if (!(s.worst_row_rel_error <= r.worst_row_rel_error)) {
+        r.worst_row_rel_error = s.worst_row_rel_error;
+      }
+    }
+  }
+  r.latency_ms = Summarize(std::move(latencies));
+  for (size_t p = 0; p < phases.size(); ++p) r.phases_us[kPhaseNames[p]] = Summarize(phases[p]);
+  if (wall_s > 0) {
+    r.requests_per_s = static_cast<double>(r.ok) / wall_s;
+    r.tokens_per_s = static_cast<double>(r.query_tokens) / wall_s;
+  }
+  return r;
+}
+
+std::string FormatReport(const Report& r) {
+  std::ostringstream out;
+  out << "attention-loadgen report\n";
+  out << Row("target", r.info.target);
+  out << Row("workload", r.info.workload);
+  out << Row("shape", r.info.shape);
+  out << Row("backend", r.info.backend.empty() ? "(server default)" : r.info.backend);
+  out << Row("concurrency", std::to_string(r.info.concurrency));
+  if (!r.info.stop_reason.empty()) out << Row("stopped early", r.info.stop_reason);
+  const int64_t errors = r.sent - r.ok;
+  out << Row("requests", "sent " + std::to_string(r.sent) + ", ok " + std::to_string(r.ok) +
+                             ", errors " + std::to_string(errors));
+  for (const auto& [code, count] : r.errors) {
+    std::string msg = r.first_messages.at(code);
+    if (msg.size() > 120) msg = msg.substr(0, 117) + "...";
+    out << Row("  " + code, std::to_string(count) + "  (first: \"" + msg + "\")");
+  }
+  out << Row("wall time", Format("%.3f s", r.wall_s));
+  out << Row("throughput", Format("%.2f requests/s, ", r.requests_per_s) +
+                               Format("%.0f tokens/s", r.tokens_per_s) + " (query tokens " +
+                               std::to_string(r.query_tokens) + ")");
+  if (r.latency_ms.count > 0) {
+    out << Row("latency (ms)",
+               Format("p50 %.3f", r.latency_ms.p50) + Format("  p90 %.3f", r.latency_ms.p90) +
+                   Format("  p99 %.3f", r.latency_ms.p99) + Format("  max %.3f", r.latency_ms.max) +
+                   Format("  mean %.3f", r.latency_ms.mean));
+    out << Row("server phases (us)", "      mean        p50");
+    for (const char* name : kPhaseNames) {
+      const Summary& s = r.phases_us.at(name);
+      out << Row("  " + std::string(name), Format("%10.1f", s.mean) + Format(" %10.0f", s.p50));
+    }
+  } else {
+    out << Row("latency (ms)", "n/a (no successful request)");
+  }
+  std::string backends;
+  for (const auto& [name, count] : r.backends) {
+    backends += (backends.empty() ? "" : ", ") + name + ": " + std::to_string(count);
+  }
+  out << Row("backends seen", backends.empty() ? "none" : backends);
+  if (r.info.verify_fraction > 0) {
+    out << Row("verification", "checked " + std::to_string(r.verified) + ", mismatches " +
+                                   std::to_string(r.mismatches) +
+                                   Format(", worst rel error %.3g", r.worst_rel_error) +
+                                   Format(" (worst row %.3g", r.worst_row_rel_error) +
+                                   Format(", tol %.0e)", r.info.tolerance));
+    if (!r.first_mismatch.empty()) out << Row("  first mismatch", r.first_mismatch);
+  } else {
+    out << Row("verification", "off (--verify-fraction 0)");
+  }
+  return out.str();
+}
+
+nlohmann::json ReportToJson(const Report& r) {
+  nlohmann::json j;
+  j["target"] = r.info.target;
+  j["workload"] = r.info.workload;
+  j["shape"] = r.info.shape;
+  j["backend"] = r.info.backend;
+  j["concurrency"] = r.info.concurrency;
+  j["stop_reason"] = r.info.stop_reason;
+  j["requests"] = {{"sent", r.sent}, {"ok", r.ok}, {"errors", r.sent - r.ok}};
+  j["errors"] = nlohmann::json::object();
+  for (const auto& [code, count] : r.errors) {
+    j["errors"][code] = {{"count", count}, {"first_message", r.first_messages.at(code)}};
+  }
+  j["wall_s"] = r.wall_s;
+  j["throughput"] = {{"requests_per_s", r.requests_per_s},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"query_tokens", r.query_tokens}};
+  j["latency_ms"] = SummaryJson(r.latency_ms, true);
+  j["server_phases_us"] = nlohmann::json::object();
+  for (const char* name : kPhaseNames) {
+    j["server_phases_us"][name] = SummaryJson(r.phases_us.at(name), false);
+  }
+  j["backends"] = r.backends;
+  j["verification"] = {{"fraction", r.info.verify_fraction},
+                       {"tolerance", r.info.tolerance},
+                       {"checked", r.verified},
+                       {"mismatches", r.mismatches},
+                       {"worst_rel_error", Number(r.worst_rel_error)},
+                       {"worst_row_rel_error", Number(r.worst_row_rel_error)},
+                       {"first_mismatch", r.first_mismatch}};
+  return j;
+}
+
+}  // namespace attn::loadgen

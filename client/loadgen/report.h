@@ -1,0 +1,78 @@
+// The final report of a load run: aggregation of per-request samples, text and JSON output.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "loadgen/stats.h"
+
+namespace attn::loadgen {
+
+/// Server phases, in ExecutionReport.times order.
+inline constexpr std::array<const char*, 7> kPhaseNames = {
+    "decode", "queue", "host_to_device", "kernel", "device_to_host", "encode", "total"};
+
+/// What happened to one request.
+struct Sample {
+  int64_t index = 0;                  // request number in the plan
+  std::string status = "OK";          // gRPC status code name
+  std::string error_message;          // empty when OK
+  double latency_ms = 0;              // from the scheduled (or actual) send to the response
+  int64_t query_tokens = 0;           // B × T
+  std::array<int64_t, 7> phase_us{};  // ExecutionReport.times, kPhaseNames order
+  std::string backend;                // ExecutionReport.backend
+  std::string device;                 // ExecutionReport.device
+  bool verified = false;
+  bool mismatch = false;
+  double rel_error = 0;            // when verified
+  double worst_row_rel_error = 0;  // when verified
+  std::string mismatch_detail;     // first reason when mismatch
+};
+
+/// Run description printed at the head of the report.
+struct RunInfo {
+  std::string target;
+  std::string workload;  // e.g. "trace AzureLLMInferenceTrace_conv.csv" or "fixed 1024 tokens"
+  std::string shape;     // e.g. "B=1 N=8 K=8 H=64 bf16 causal=bottom_right"
+  std::string backend;   // requested backend, empty: server default
+  int concurrency = 1;
+  double verify_fraction = 0;
+  double tolerance = 0;     // verification tolerance for the dtype
+  std::string stop_reason;  // why the run ended early (empty if it ran to completion)
+};
+
+/// Aggregated results.
+struct Report {
+  RunInfo info;
+  int64_t sent = 0;
+  int64_t ok = 0;
+  std::map<std::string, int64_t> errors;              // by status code name
+  std::map<std::string, std::string> first_messages;  // first message per error code
+  double wall_s = 0;
+  int64_t query_tokens = 0;                  // over OK requests
+  double requests_per_s = 0;                 // OK requests / wall time
+  double tokens_per_s = 0;                   // OK query tokens / wall time
+  Summary latency_ms;                        // over OK requests
+  std::map<std::string, Summary> phases_us;  // by kPhaseNames, over OK requests
+  std::map<std::string, int64_t> backends;   // "backend on device" -> count
+  int64_t verified = 0;
+  int64_t mismatches = 0;
+  double worst_rel_error = 0;
+  double worst_row_rel_error = 0;
+  std::string first_mismatch;
+};
+
+/// Aggregates `samples` of a run that took `wall_s` seconds.
+Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s);
+
+/// The report as aligned, human-readable text (ends with a newline).
+std::string FormatReport(const Report& report);
+
+/// The report as JSON (same content as the text).
+nlohmann::json ReportToJson(const Report& report);
+
+}  // namespace attn::loadgen

@@ -1,0 +1,223 @@
+// FusedSupports / FusedPlanFor / FusedRun: host side of the fused family.
+#include "attn/kernels/fused_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "attn/kernels/device_limits.h"
+#include "fused_params.h"
+
+namespace attn::kernels {
+namespace {
+
+using fused::FusedLaunchFn;
+using fused::FusedParams;
+using fused::FusedPrepareFn;
+
+struct Variant {
+  int head_dim, block_m, block_n, warps;
+  FusedLaunchFn launch_f16, launch_bf16;
+  FusedPrepareFn prepare_f16, prepare_bf16;
+};
+
+constexpr int kF16 = static_cast<int>(DType::kFloat16);
+constexpr int kBF16 = static_cast<int>(DType::kBFloat16);
+
+#define ATTN_FUSED_TABLE_ROW(H, BM, BN, W)                                                     \
+  Variant{H,                                                                                   \
+          BM,                                                                                  \
+          BN,                                                                                  \
+          W,                                                                                   \
+          &fused::FusedLaunch<kF16, H, BM, BN, W>,                                             \
+          &fused::FusedLaunch<kBF16, H, BM, BN, W>,                                            \
+          &fused::FusedPrepare<kF16, H, BM, BN, W>,                                            \
+          &fused::FusedPrepare<kBF16, H, BM, BN, W>},
+const Variant kVariants[] = {ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_TABLE_ROW)};
+#undef ATTN_FUSED_TABLE_ROW
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
+/// The `index`-th variant of `head_dim`, or null.
+const Variant* FindVariant(int64_t head_dim, int index) {
+  int seen = 0;
+  for (const Variant& v : kVariants) {
+    if (v.head_dim != head_dim) continue;
+    if (seen++ == index) return &v;
+  }
+  return nullptr;
+}
+
+Status CudaInternal(const char* what, cudaError_t e) {
+  return Internal(std::string("fused: ") + what + " failed: " + cudaGetErrorName(e) + " (" +
+                  cudaGetErrorString(e) + ")");
+}
+
+}  // namespace
+
+std::string FusedPlan::Describe() const {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "fused h%lld bm%d bn%d w%d smem%d",
+                static_cast<long long>(shape.head_dim), block_m, block_n, warps, smem_bytes);
+  return buf;
+}
+
+int FusedVariantCount(int64_t head_dim) {
+  int n = 0;
+  for (const Variant& v : kVariants) n += v.head_dim == head_dim ? 1 : 0;
+  return n;
+}
+
+Status FusedSupports(const AttentionShape& s) {
+  if (s.dtype != DType::kFloat16 && s.dtype != DType::kBFloat16) {
+    return FailedPrecondition(std::string("fused: dtype ") + DTypeName(s.dtype) +
+                              " is not supported (float16 and bfloat16 only)");
+  }
+  if (s.head_dim <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0) {
+    return InvalidArgument("fused: head_dim, num_heads and num_kv_heads must be positive");
+  }
+  if (FusedVariantCount(s.head_dim) == 0) {
+    return FailedPrecondition("fused: head dim " + std::to_string(s.head_dim) +
+                              " is not supported (32, 64, 80, 96, 128, 256)");
+  }
+  if (s.num_heads % s.num_kv_heads != 0) {
+    return InvalidArgument("fused: num_heads " + std::to_string(s.num_heads) +
+                           " is not a multiple of num_kv_heads " +
+                           std::to_string(s.num_kv_heads));
+  }
+  if (!(s.scale > 0.f) || !std::isfinite(s.scale)) {
+    return FailedPrecondition("fused: the softmax scale must be positive and finite (got " +
+                              std::to_string(s.scale) + ")");
+  }
+  if (s.batch < 0 || s.max_q_len < 0 || s.max_kv_len < 0 || s.total_q < 0 || s.total_kv < 0) {
+    return InvalidArgument("fused: negative sizes");
+  }
+  if (s.batch > 65535 || s.num_heads > 65535) {
+    return InvalidArgument("fused: batch and num_heads must be at most 65535 (grid limits)");
+  }
+  constexpr int64_t kMaxLen = int64_t{1} << 30;
+  if (s.max_q_len >= kMaxLen || s.max_kv_len >= kMaxLen) {
+    return InvalidArgument("fused: max_q_len and max_kv_len must be below 2^30");
+  }
+  if (s.layout != Layout::kPadded && s.layout != Layout::kVarlen) {
+    return InvalidArgument("fused: unknown layout");
+  }
+  return Status::Ok();
+}
+
+StatusOr<FusedPlan> FusedPlanFor(const AttentionShape& shape, int device,
+                                 const FusedPlanOptions& options) {
+  ATTN_RETURN_IF_ERROR(FusedSupports(shape));
+  const int count = FusedVariantCount(shape.head_dim);
+  if (options.variant < -1 || options.variant >= count) {
+    return InvalidArgument("fused: variant " + std::to_string(options.variant) +
+                           " out of range for head dim " + std::to_string(shape.head_dim) +
+                           " (" + std::to_string(count) + " variants)");
+  }
+  StatusOr<DeviceLimits> limits = GetDeviceLimits(device);
+  if (!limits.ok()) return limits.status();
+  if (limits->compute_capability < 800) {
+    return FailedPrecondition("fused: needs compute capability 8.0 or newer (device " +
+                              std::to_string(device) + " has " +
+                              std::to_string(limits->compute_capability / 100) + "." +
+                              std::to_string(limits->compute_capability % 100 / 10) + ")");
+  }
+  const int index = options.variant < 0 ? 0 : options.variant;
+  const Variant* v = FindVariant(shape.head_dim, index);
+  const int smem = fused::FusedSmemBytes(v->head_dim, v->block_m, v->block_n);
+  if (smem > limits->max_dynamic_smem_per_block_bytes) {
+    return FailedPrecondition(
+        "fused: tile bm" + std::to_string(v->block_m) + " bn" + std::to_string(v->block_n) +
+        " h" + std::to_string(v->head_dim) + " needs " + std::to_string(smem) +
+        " bytes of shared memory per block, the device allows " +
+        std::to_string(limits->max_dynamic_smem_per_block_bytes) +
+        (limits->emulating_l4 ? " (L4 emulation)" : ""));
+  }
+
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e != cudaSuccess) return CudaInternal("cudaGetDevice", e);
+  if (previous != device && (e = cudaSetDevice(device)) != cudaSuccess) {
+    return CudaInternal("cudaSetDevice", e);
+  }
+  const bool bf16 = shape.dtype == DType::kBFloat16;
+  e = (bf16 ? v->prepare_bf16 : v->prepare_f16)(smem);
+  if (previous != device) (void)cudaSetDevice(previous);
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+    (void)cudaGetLastError();
+    return FailedPrecondition(
+        "fused: no kernel image for this device (built for sm_89 and sm_90a; compute "
+        "capability " +
+        std::to_string(limits->compute_capability) + ")");
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CudaInternal("cudaFuncSetAttribute", e);
+  }
+
+  FusedPlan plan;
+  plan.shape = shape;
+  plan.device = device;
+  plan.variant = index;
+  plan.block_m = v->block_m;
+  plan.block_n = v->block_n;
+  plan.warps = v->warps;
+  plan.smem_bytes = smem;
+  plan.grid_x = (shape.max_q_len + v->block_m - 1) / v->block_m;
+  plan.grid_y = shape.num_heads;
+  plan.grid_z = shape.batch;
+  plan.launch = reinterpret_cast<const void*>(bf16 ? v->launch_bf16 : v->launch_f16);
+  return plan;
+}
+
+Status FusedRun(const FusedPlan& plan, const AttentionTensors& t, cudaStream_t stream) {
+  const AttentionShape& s = plan.shape;
+  if (plan.launch == nullptr) return InvalidArgument("fused: plan was not made by FusedPlanFor");
+  if (plan.grid_x == 0 || plan.grid_y == 0 || plan.grid_z == 0) return Status::Ok();
+  if (t.q == nullptr || t.k == nullptr || t.v == nullptr || t.o == nullptr) {
+    return InvalidArgument("fused: q, k, v and o must be non-null device pointers");
+  }
+  if (s.return_lse && t.lse == nullptr) {
+    return InvalidArgument("fused: return_lse is set but lse is null");
+  }
+  auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+  if (misaligned(t.q) || misaligned(t.k) || misaligned(t.v) || misaligned(t.o)) {
+    return InvalidArgument("fused: q, k, v and o must be 16-byte aligned");
+  }
+  const bool varlen = s.layout == Layout::kVarlen;
+  if (varlen && (t.q_offsets == nullptr || t.kv_offsets == nullptr)) {
+    return InvalidArgument("fused: varlen needs q_offsets and kv_offsets");
+  }
+
+  FusedParams p;
+  p.q = t.q;
+  p.k = t.k;
+  p.v = t.v;
+  p.o = t.o;
+  p.lse = s.return_lse ? t.lse : nullptr;
+  p.q_lengths = (!varlen && s.has_lengths) ? t.q_lengths : nullptr;
+  p.kv_lengths = (!varlen && s.has_lengths) ? t.kv_lengths : nullptr;
+  p.q_offsets = varlen ? t.q_offsets : nullptr;
+  p.kv_offsets = varlen ? t.kv_offsets : nullptr;
+  p.q_row_stride = s.num_heads * s.head_dim;
+  p.kv_row_stride = s.num_kv_heads * s.head_dim;
+  p.total_q = varlen ? s.total_q : s.batch * s.max_q_len;
+  p.max_q_len = static_cast<int32_t>(s.max_q_len);
+  p.max_kv_len = static_cast<int32_t>(s.max_kv_len);
+  p.num_heads = static_cast<int32_t>(s.num_heads);
+  p.group_size = static_cast<int32_t>(s.num_heads / s.num_kv_heads);
+  p.num_m_blocks = static_cast<int32_t>(plan.grid_x);
+  p.varlen = varlen ? 1 : 0;
+  p.scale = s.scale;
+  p.scale_log2 = static_cast<float>(static_cast<double>(s.scale) * 1.4426950408889634);
+  p.mask = s.mask;
+
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y),
+                  static_cast<unsigned>(plan.grid_z));
+  const auto launch = reinterpret_cast<FusedLaunchFn>(plan.launch);
+  const cudaError_t e = launch(p, grid, plan.smem_bytes, stream);
+  if (e != cudaSuccess) return CudaInternal("kernel launch", e);
+  return Status::Ok();
+}
+
+}  // namespace attn::kernels

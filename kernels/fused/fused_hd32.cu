@@ -1,0 +1,6 @@
+// Explicit instantiations of the fused kernel for head dim 32 (list: fused_params.h).
+#include "fused_kernel.cuh"
+
+namespace attn::kernels::fused {
+ATTN_FUSED_VARIANTS_HD32(ATTN_FUSED_INSTANTIATE)
+}  // namespace attn::kernels::fused

@@ -1,0 +1,555 @@
+// The fused attention kernel: FlashAttention-2's algorithm with mma.sync tensor cores.
+//
+// One block computes BLOCK_M query rows of one (batch entry, query head):
+//   - Q tile -> shared memory (cp.async, zero-filled past T_b) -> registers (16-row warps) or
+//     re-read per tile (32-row warps);
+//   - K/V tiles of BLOCK_N keys stream through a two-stage cp.async ring (K and V in separate
+//     commit groups so S = Q·Kᵀ starts while V is still in flight), zero-filled past S_b;
+//   - S = Q·Kᵀ and O += P·V with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate), operands
+//     fetched with ldmatrix (.trans for V) from XOR-swizzled (or padded) shared memory;
+//   - online softmax in the exp2 domain (scale·log2e folded into one FFMA), running max and sum
+//     per row, no NaN when a row has seen no key yet;
+//   - the band mask (BandKeyRange) bounds the key tiles a block visits; it is applied per
+//     element only on boundary tiles;
+//   - O is normalised, staged through shared memory and written with 16-byte stores; lse once.
+// Included only by kernels/fused/fused_hd<H>.cu, which instantiate it explicitly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "fused_params.h"
+
+namespace attn::kernels::fused {
+
+template <int kDType>
+struct ElemOf;
+template <>
+struct ElemOf<static_cast<int>(DType::kFloat16)> {
+  using Pair = __half2;
+  __device__ static __forceinline__ uint32_t Pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+template <>
+struct ElemOf<static_cast<int>(DType::kBFloat16)> {
+  using Pair = __nv_bfloat162;
+  __device__ static __forceinline__ uint32_t Pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy global -> shared; copies zeros when !pred (src-size 0 reads nothing).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool pred) {
+  const int src_bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                           uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                                uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+/// c += a·b for one m16n8k16 tile; a: 4 regs (row-major 16x16), b: 2 regs (col-major 16x8).
+template <int kDType>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kDType == static_cast<int>(DType::kBFloat16)) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- Shared-memory tile layout -------------------------------------------------------------
+// A tile is `rows` rows of H elements, addressed in 16-byte chunks (8 elements).
+//   H % 64 == 0: row stride H/8 chunks, chunk c of row r stored at c ^ (r & 7);
+//   H == 32:     row stride 4 chunks (two rows per 128-byte line), chunk c at c ^ ((r>>1) & 3);
+//   otherwise:   row stride H/8 + 1 chunks (odd), no swizzle.
+// Either way the 8 row addresses of one ldmatrix 8x8 matrix (8 consecutive rows, one logical
+// chunk) and 8 consecutive 16-byte cp.async writes of a row land in 8 distinct bank groups.
+template <int kHeadDim>
+struct TileLayout {
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr bool kXor8 = kHeadDim % 64 == 0;
+  static constexpr bool kXor4 = kHeadDim == 32;
+  static constexpr int kStride = (kXor8 || kXor4) ? kChunks : kChunks + 1;
+  static constexpr int kRowBytes = kStride * 16;
+  static_assert(kRowBytes == FusedRowBytes(kHeadDim), "row bytes disagree with the plan");
+  /// Byte offset of logical chunk `chunk` of row `row`.
+  __device__ static __forceinline__ uint32_t Offset(int row, int chunk) {
+    int phys = chunk;
+    if constexpr (kXor8) phys = chunk ^ (row & 7);
+    if constexpr (kXor4) phys = chunk ^ ((row >> 1) & 3);
+    return static_cast<uint32_t>((row * kStride + phys) * 16);
+  }
+  // ldmatrix lanes read logical chunks 2*c2 + lane_chunk. The swizzle repeats every kPeriod
+  // chunks, so a lane needs kPeriod/2 precomputed offsets; the rest is an immediate.
+  static constexpr int kPeriod = kXor8 ? 8 : (kXor4 ? 4 : 2);
+  static constexpr int kLaneOffsets = kPeriod / 2;
+  __device__ static __forceinline__ void LaneOffsets(int row, int lane_chunk,
+                                                     uint32_t (&off)[kLaneOffsets]) {
+#pragma unroll
+    for (int q = 0; q < kLaneOffsets; ++q) off[q] = Offset(row, 2 * q + lane_chunk);
+  }
+  /// Byte offset of chunk pair c2 of row (lane row + r16), r16 a multiple of 8.
+  /// (c2 and row_add are compile-time after unrolling.)
+  __device__ static __forceinline__ uint32_t At(const uint32_t (&off)[kLaneOffsets], int c2,
+                                                int row_add) {
+    return off[c2 % kLaneOffsets] + (c2 / kLaneOffsets) * kPeriod * 16 + row_add * kRowBytes;
+  }
+};
+
+// ---- Kernel traits ---------------------------------------------------------------------------
+template <int kDType_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
+struct Traits {
+  static constexpr int kDType = kDType_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpRows = kBlockM / kWarps;
+  static constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
+  // Q fragments stay in registers for 16-row warps up to H = 128 (H = 256 would spill).
+  static constexpr bool kQInRegs = kMT == 1 && kHeadDim_ <= 128;
+  static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q·Kᵀ
+  static constexpr int kNT = kBlockN / 8;        // n8 tiles of S
+  static constexpr int kDT = kHeadDim / 8;       // n8 tiles of O
+  using Layout = TileLayout<kHeadDim>;
+  static constexpr int kQBytes = kBlockM * Layout::kRowBytes;
+  static constexpr int kKVBytes = kBlockN * Layout::kRowBytes;
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes;
+  static_assert(kSmemBytes == FusedSmemBytes(kHeadDim, kBlockM, kBlockN), "smem mismatch");
+  static_assert(kWarpRows == 16 || kWarpRows == 32, "warps own 16 or 32 rows");
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tile shapes");
+  // Registers: with 16-row warps and large tiles one block of 8 warps per SM; otherwise two.
+  static constexpr int kMinBlocks = (kThreads <= 128 && kMT == 1 && kHeadDim <= 128) ? 2 : 1;
+};
+
+/// Copies `kRows` rows (row r at `gbase + r*row_stride`, rows >= `valid_rows` zero-filled) into
+/// the tile at shared address `sbase`. All threads of the block take part.
+template <class Tr, int kRows>
+__device__ __forceinline__ void LoadTile(uint32_t sbase, const uint16_t* gbase,
+                                         int64_t row_stride, int valid_rows, int tid) {
+  using L = typename Tr::Layout;
+  constexpr int kTotal = kRows * L::kChunks;
+  constexpr int kIters = (kTotal + Tr::kThreads - 1) / Tr::kThreads;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = tid + it * Tr::kThreads;
+    if (kTotal % Tr::kThreads == 0 || idx < kTotal) {
+      const int row = idx / L::kChunks;
+      const int chunk = idx % L::kChunks;
+      const bool pred = row < valid_rows;
+      // Rows past the valid range point at the tile's first row: never dereferenced.
+      const uint16_t* src = gbase + (pred ? row * row_stride : 0) + chunk * 8;
+      CpAsync16(sbase + L::Offset(row, chunk), src, pred);
+    }
+  }
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    FusedAttentionKernel(const __grid_constant__ FusedParams p) {
+  using L = typename Tr::Layout;
+  using E = ElemOf<Tr::kDType>;
+  constexpr int kBM = Tr::kBlockM;
+  constexpr int kBN = Tr::kBlockN;
+  constexpr int kMT = Tr::kMT;
+  constexpr int kNT = Tr::kNT;
+  constexpr int kDT = Tr::kDT;
+  constexpr int kKSteps = Tr::kKSteps;
+  constexpr float kNegInf = -__builtin_huge_valf();
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_q = SmemAddr(smem);
+  const uint32_t s_k0 = s_q + Tr::kQBytes;
+  const uint32_t s_v0 = s_k0 + 2 * Tr::kKVBytes;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;   // row within an 8-row group of the mma fragment
+  const int tig = lane & 3;  // thread in group: column pair
+
+  // Heavy tiles first: under a causal band later query tiles see more keys.
+  const int m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.x);
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int kv_head = head / p.group_size;
+
+  int64_t q_row0, kv_row0;  // first token row of this batch entry in q/o and k/v
+  int q_len, kv_len;
+  if (p.varlen) {
+    const int64_t qo = p.q_offsets[b], qe = p.q_offsets[b + 1];
+    const int64_t ko = p.kv_offsets[b], ke = p.kv_offsets[b + 1];
+    q_row0 = qo;
+    kv_row0 = ko;
+    q_len = static_cast<int>(qe - qo);
+    kv_len = static_cast<int>(ke - ko);
+  } else {
+    q_row0 = static_cast<int64_t>(b) * p.max_q_len;
+    kv_row0 = static_cast<int64_t>(b) * p.max_kv_len;
+    q_len = p.q_lengths ? min(max(p.q_lengths[b], 0), p.max_q_len) : p.max_q_len;
+    kv_len = p.kv_lengths ? min(max(p.kv_lengths[b], 0), p.max_kv_len) : p.max_kv_len;
+  }
+  const int m0 = m_block * kBM;
+  // Rows this block writes: padded writes every row < T (zeros past T_b); varlen rows < T_b.
+  const int store_rows = min(kBM, (p.varlen ? q_len : p.max_q_len) - m0);
+  if (store_rows <= 0) return;
+
+  // Key tiles this block visits. lo(i) and hi(i) of BandKeyRange never decrease with i, so the
+  // union over rows [m0, last] is [lo(m0), hi(last)]; a tile is interior (no mask) when it lies
+  // inside [lo(last), hi(m0)].
+  int n_begin = 0, n_end = 0;  // tile indices, [n_begin, n_end)
+  int full_lo = 1, full_hi = 0;  // interior key range
+  if (m0 < q_len && kv_len > 0) {
+    const int last = min(m0 + kBM, q_len) - 1;
+    const KeyRange first_r = BandKeyRange(p.mask, m0, q_len, kv_len);
+    const KeyRange last_r = BandKeyRange(p.mask, last, q_len, kv_len);
+    if (first_r.lo <= last_r.hi) {
+      n_begin = static_cast<int>(first_r.lo / kBN);
+      n_end = static_cast<int>(last_r.hi / kBN) + 1;
+      full_lo = static_cast<int>(last_r.lo);
+      full_hi = static_cast<int>(first_r.hi);
+    }
+  }
+
+  // Per-thread rows: warp rows + mt*16 + g + 8*r.
+  const int warp_row0 = warp * Tr::kWarpRows;
+  float acc[kMT][kDT][4];
+  float row_max[kMT][2];
+  float row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[mt][r] = kNegInf;
+      row_sum[mt][r] = 0.f;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+  }
+
+  const uint16_t* q_base = static_cast<const uint16_t*>(p.q) +
+                           (q_row0 + m0) * p.q_row_stride +
+                           static_cast<int64_t>(head) * Tr::kHeadDim;
+  const uint16_t* k_base = static_cast<const uint16_t*>(p.k) + kv_row0 * p.kv_row_stride +
+                           static_cast<int64_t>(kv_head) * Tr::kHeadDim;
+  const uint16_t* v_base = static_cast<const uint16_t*>(p.v) + kv_row0 * p.kv_row_stride +
+                           static_cast<int64_t>(kv_head) * Tr::kHeadDim;
+
+  if (n_begin < n_end) {
+    // Per-row key ranges (BandKeyRange), for boundary tiles.
+    int key_lo[kMT][2], key_hi[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const KeyRange kr =
+            BandKeyRange(p.mask, m0 + warp_row0 + mt * 16 + g + 8 * r, q_len, kv_len);
+        key_lo[mt][r] = static_cast<int>(kr.lo);
+        key_hi[mt][r] = static_cast<int>(kr.hi);
+      }
+
+    // Prologue: Q, then K and V of the first visited tile (the last index: diagonal first).
+    LoadTile<Tr, kBM>(s_q, q_base, p.q_row_stride, q_len - m0, tid);
+    CpAsyncCommit();
+    {
+      const int n0 = (n_end - 1) * kBN;
+      LoadTile<Tr, kBN>(s_k0, k_base + n0 * p.kv_row_stride, p.kv_row_stride, kv_len - n0, tid);
+      LoadTile<Tr, kBN>(s_v0, v_base + n0 * p.kv_row_stride, p.kv_row_stride, kv_len - n0, tid);
+      CpAsyncCommit();
+    }
+
+    // ldmatrix lane addressing (offsets within a tile; see TileLayout::At):
+    //   A (Q, 16x16 at rows R, chunk pair c2): row R + (lane & 15), chunk 2*c2 + (lane >> 4).
+    //   B (K, two n8 tiles x k16 at keys N):   row N + (lane & 7) + ((lane >> 4) << 3),
+    //                                          chunk 2*c2 + ((lane >> 3) & 1).
+    //   B (V, trans, k16 x two n8 tiles):      row K + (lane & 7) + (((lane >> 3) & 1) << 3),
+    //                                          chunk 2*c2 + (lane >> 4).
+    uint32_t q_off[L::kLaneOffsets], k_off[L::kLaneOffsets], v_off[L::kLaneOffsets];
+    L::LaneOffsets(warp_row0 + (lane & 15), lane >> 4, q_off);
+    L::LaneOffsets((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, k_off);
+    L::LaneOffsets((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4, v_off);
+
+    uint32_t q_frag[Tr::kQInRegs ? kKSteps : 1][4];
+    if constexpr (Tr::kQInRegs) {
+      CpAsyncWait<1>();  // Q landed (K/V of the first tile may be in flight)
+      __syncthreads();
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks)
+        LdMatrixX4(s_q + L::At(q_off, ks, 0), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2],
+                   q_frag[ks][3]);
+    }
+
+    // One tile: S = Q·Kᵀ, mask (boundary tiles only), online softmax, O += P·V.
+    auto tile = [&](const uint32_t s_k, const uint32_t s_v, const int n0, auto masked) {
+      float s[kMT][kNT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (Tr::kQInRegs) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[ks][e];
+          } else {
+            LdMatrixX4(s_q + L::At(q_off, ks, mt * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t b0, b1, b2, b3;
+          LdMatrixX4(s_k + L::At(k_off, ks, np * 16), b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            Mma16816<Tr::kDType>(s[mt][2 * np], a[mt], b0, b1);
+            Mma16816<Tr::kDType>(s[mt][2 * np + 1], a[mt], b2, b3);
+          }
+        }
+      }
+
+      if constexpr (decltype(masked)::value) {
+        // Keys outside each row's band (and past S_b) get -inf.
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int lo = key_lo[mt][r] - n0;
+            const int hi = key_hi[mt][r] - n0;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int j = nt * 8 + 2 * tig + e;
+                if (j < lo || j > hi) s[mt][nt][2 * r + e] = kNegInf;
+              }
+          }
+      }
+
+      // Online softmax. Row r of m-tile mt lives in s[mt][*][2r..2r+1] of the 4 threads of a
+      // quad. m_use is the running max in exp2 units, 0 while the row has seen no key, so
+      // masked logits give exp2(-inf) = 0 and the rescale factor is never inf - inf.
+      uint32_t pf[kMT][kNT / 2][4];
+      float alpha[kMT][2];
+      bool rescale = false;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = row_max[mt][r];
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float m_use = mx * p.scale_log2;
+          if constexpr (decltype(masked)::value) m_use = mx == kNegInf ? 0.f : m_use;
+          // exp2(0) = 1 exactly when the max did not move.
+          alpha[mt][r] = Exp2(row_max[mt][r] * p.scale_log2 - m_use);
+          rescale |= alpha[mt][r] != 1.f;
+          row_max[mt][r] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pe = Exp2(fmaf(s[mt][nt][2 * r + e], p.scale_log2, -m_use));
+              s[mt][nt][2 * r + e] = pe;
+              sum += pe;
+            }
+          }
+          row_sum[mt][r] = row_sum[mt][r] * alpha[mt][r] + sum;
+        }
+      }
+      // Rescale O only when some row of the warp raised its max (rare once rows have seen
+      // many keys); the branch is warp-uniform.
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][dt][e] *= alpha[mt][e >> 1];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        // P as the A operand of P·V: k16 step j covers n8 tiles 2j and 2j+1.
+#pragma unroll
+        for (int j = 0; j < kNT / 2; ++j) {
+          pf[mt][j][0] = E::Pack(s[mt][2 * j][0], s[mt][2 * j][1]);
+          pf[mt][j][1] = E::Pack(s[mt][2 * j][2], s[mt][2 * j][3]);
+          pf[mt][j][2] = E::Pack(s[mt][2 * j + 1][0], s[mt][2 * j + 1][1]);
+          pf[mt][j][3] = E::Pack(s[mt][2 * j + 1][2], s[mt][2 * j + 1][3]);
+        }
+      }
+
+      // O += P·V.
+#pragma unroll
+      for (int j = 0; j < kNT / 2; ++j) {
+#pragma unroll
+        for (int dp = 0; dp < kDT / 2; ++dp) {
+          uint32_t b0, b1, b2, b3;
+          LdMatrixX4Trans(s_v + L::At(v_off, dp, j * 16), b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            Mma16816<Tr::kDType>(acc[mt][2 * dp], pf[mt][j], b0, b1);
+            Mma16816<Tr::kDType>(acc[mt][2 * dp + 1], pf[mt][j], b2, b3);
+          }
+        }
+      }
+    };
+
+    // Tiles from the last (diagonal) to the first. One barrier per tile: K/V(it) is waited for
+    // at the top, and the barrier also proves every warp is done with tile it-1, whose stage
+    // the prefetch of tile it+1 then overwrites.
+    const int num_tiles = n_end - n_begin;
+    for (int it = 0; it < num_tiles; ++it) {
+      const int n0 = (n_end - 1 - it) * kBN;
+      const int stage = it & 1;
+      CpAsyncWait<0>();
+      __syncthreads();
+      if (it + 1 < num_tiles) {
+        const int nn0 = n0 - kBN;
+        const uint32_t off = (stage ^ 1) * Tr::kKVBytes;
+        LoadTile<Tr, kBN>(s_k0 + off, k_base + nn0 * p.kv_row_stride, p.kv_row_stride,
+                          kv_len - nn0, tid);
+        LoadTile<Tr, kBN>(s_v0 + off, v_base + nn0 * p.kv_row_stride, p.kv_row_stride,
+                          kv_len - nn0, tid);
+      }
+      CpAsyncCommit();
+      const uint32_t s_k = s_k0 + stage * Tr::kKVBytes;
+      const uint32_t s_v = s_v0 + stage * Tr::kKVBytes;
+      // Interior tiles (inside every row's band) skip the mask.
+      if (n0 >= full_lo && n0 + kBN - 1 <= full_hi) {
+        tile(s_k, s_v, n0, std::false_type{});
+      } else {
+        tile(s_k, s_v, n0, std::true_type{});
+      }
+    }
+  }
+
+  // Epilogue. Each warp stages its own rows of O in the Q tile's shared memory (it alone read
+  // those rows), then writes them with 16-byte stores.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = warp_row0 + mt * 16 + g + 8 * r;  // within the block
+      const bool valid = m0 + row < q_len && l > 0.f;
+      const float inv = valid ? 1.f / l : 0.f;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        const uint32_t packed = E::Pack(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+        const uint32_t addr = s_q + L::Offset(row, dt) + tig * 4;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
+      }
+      if (p.lse != nullptr && tig == 0 && row < store_rows) {
+        const float lse = valid ? row_max[mt][r] * p.scale + __logf(l) : kNegInf;
+        const int64_t qi = m0 + row;
+        const int64_t idx = p.varlen ? static_cast<int64_t>(head) * p.total_q + q_row0 + qi
+                                     : (static_cast<int64_t>(b) * p.num_heads + head) *
+                                               p.max_q_len + qi;
+        p.lse[idx] = lse;
+      }
+    }
+  }
+  __syncwarp();
+  constexpr int kWarpChunks = Tr::kWarpRows * L::kChunks;
+  uint16_t* o_base = static_cast<uint16_t*>(p.o) + (q_row0 + m0) * p.q_row_stride +
+                     static_cast<int64_t>(head) * Tr::kHeadDim;
+#pragma unroll
+  for (int it = 0; it < (kWarpChunks + 31) / 32; ++it) {
+    const int idx = lane + it * 32;
+    if (kWarpChunks % 32 == 0 || idx < kWarpChunks) {
+      const int row = warp_row0 + idx / L::kChunks;
+      const int chunk = idx % L::kChunks;
+      if (row < store_rows) {
+        uint4 v;
+        asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(s_q + L::Offset(row, chunk)));
+        *reinterpret_cast<uint4*>(o_base + row * p.q_row_stride + chunk * 8) = v;
+      }
+    }
+  }
+}
+
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedLaunch(const FusedParams& params, dim3 grid, int smem_bytes,
+                        cudaStream_t stream) {
+  using Tr = Traits<kDType, kHeadDim, kBlockM, kBlockN, kWarps>;
+  FusedAttentionKernel<Tr><<<grid, Tr::kThreads, smem_bytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPrepare(int smem_bytes) {
+  using Tr = Traits<kDType, kHeadDim, kBlockM, kBlockN, kWarps>;
+  return cudaFuncSetAttribute(FusedAttentionKernel<Tr>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+}
+
+#define ATTN_FUSED_INSTANTIATE_ONE(DT, H, BM, BN, W)                                          \
+  template cudaError_t FusedLaunch<DT, H, BM, BN, W>(const FusedParams&, dim3, int,          \
+                                                      cudaStream_t);                         \
+  template cudaError_t FusedPrepare<DT, H, BM, BN, W>(int);
+#define ATTN_FUSED_INSTANTIATE(H, BM, BN, W)                                                  \
+  ATTN_FUSED_INSTANTIATE_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)                 \
+  ATTN_FUSED_INSTANTIATE_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
+
+}  // namespace attn::kernels::fused

@@ -1,0 +1,90 @@
+// Launch parameters of the fused kernel and the explicit instantiation list (DESIGN.md §13.7).
+//
+// Internal to kernels/fused/: the public API is attn/kernels/fused_attention.h.
+// Host- and device-compatible; includes no CUDA header beyond cuda_runtime_api.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "attn/kernels/attention_problem.h"
+
+namespace attn::kernels::fused {
+
+/// Everything one launch reads, by value in the kernel's parameter space.
+/// Element strides are in elements of the q/k/v dtype; offsets and row indices are 64-bit.
+struct FusedParams {
+  const void* q = nullptr;  ///< (B,T,N,H) padded or (total_q,N,H) varlen
+  const void* k = nullptr;  ///< (B,S,K,H) padded or (total_kv,K,H) varlen
+  const void* v = nullptr;
+  void* o = nullptr;       ///< q's layout
+  float* lse = nullptr;    ///< (B,N,T) padded or (N,total_q) varlen; null: not written
+  const int32_t* q_lengths = nullptr;   ///< padded only; null: T
+  const int32_t* kv_lengths = nullptr;  ///< padded only; null: S
+  const int64_t* q_offsets = nullptr;   ///< varlen only: (B+1)
+  const int64_t* kv_offsets = nullptr;  ///< varlen only: (B+1)
+  int64_t q_row_stride = 0;   ///< N*H: elements between consecutive tokens of q/o
+  int64_t kv_row_stride = 0;  ///< K*H: elements between consecutive tokens of k/v
+  int64_t total_q = 0;        ///< varlen: rows of q (lse row stride)
+  int32_t max_q_len = 0;      ///< T (padded extent / varlen maximum)
+  int32_t max_kv_len = 0;     ///< S
+  int32_t num_heads = 0;      ///< N
+  int32_t group_size = 1;     ///< N / K
+  int32_t num_m_blocks = 0;   ///< ceil(T / BLOCK_M) == gridDim.x
+  int32_t varlen = 0;         ///< 1: packed varlen layout
+  float scale = 0.f;          ///< softmax scale (> 0)
+  float scale_log2 = 0.f;     ///< scale * log2(e)
+  MaskSpec mask;
+};
+
+/// A kernel variant: element dtype, head dim, rows of queries per block, keys per tile, warps.
+/// kernel entry points are FusedLaunch<dtype, H, BM, BN, W> and FusedPrepare<...> below.
+using FusedLaunchFn = cudaError_t (*)(const FusedParams& params, dim3 grid, int smem_bytes,
+                                      cudaStream_t stream);
+using FusedPrepareFn = cudaError_t (*)(int smem_bytes);
+
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedLaunch(const FusedParams& params, dim3 grid, int smem_bytes,
+                        cudaStream_t stream);
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPrepare(int smem_bytes);
+
+/// Dynamic shared memory of a variant: Q tile + 2 stages of (K tile, V tile), rows padded by
+/// 16 bytes for head dims that are not a multiple of 64 (except 32, which is swizzled).
+constexpr int FusedRowBytes(int head_dim) {
+  return (head_dim % 64 == 0 || head_dim == 32) ? head_dim * 2 : head_dim * 2 + 16;
+}
+constexpr int FusedSmemBytes(int head_dim, int block_m, int block_n) {
+  return FusedRowBytes(head_dim) * (block_m + 4 * block_n);
+}
+
+// ---- The explicit instantiation list -------------------------------------------------------
+// X(head_dim, block_m, block_n, warps). Per head dim, the first entry is the default; the
+// others are alternatives the benchmark can force (FusedPlanOptions::variant). Each entry is
+// compiled for both fp16 and bf16 in kernels/fused/fused_hd<H>.cu. Warps own 16 (BM = 16·W)
+// or 32 (BM = 32·W) query rows each; with 16 rows Q stays in registers, with 32 rows Q fragments
+// are re-read from shared memory.
+#define ATTN_FUSED_VARIANTS_HD32(X) X(32, 128, 128, 8)
+#define ATTN_FUSED_VARIANTS_HD64(X) X(64, 128, 128, 8) X(64, 128, 64, 4) X(64, 64, 128, 4)
+#define ATTN_FUSED_VARIANTS_HD80(X) X(80, 128, 64, 8)
+#define ATTN_FUSED_VARIANTS_HD96(X) X(96, 128, 64, 8)
+#define ATTN_FUSED_VARIANTS_HD128(X) X(128, 128, 64, 8) X(128, 64, 64, 4)
+#define ATTN_FUSED_VARIANTS_HD256(X) X(256, 64, 32, 4)
+
+#define ATTN_FUSED_ALL_VARIANTS(X)                                                            \
+  ATTN_FUSED_VARIANTS_HD32(X) ATTN_FUSED_VARIANTS_HD64(X) ATTN_FUSED_VARIANTS_HD80(X)          \
+  ATTN_FUSED_VARIANTS_HD96(X) ATTN_FUSED_VARIANTS_HD128(X) ATTN_FUSED_VARIANTS_HD256(X)
+
+// Declarations of the explicit instantiations (defined in fused_hd<H>.cu), so no other
+// translation unit instantiates the kernels implicitly.
+#define ATTN_FUSED_EXTERN_ONE(DT, H, BM, BN, W)                                                  \
+  extern template cudaError_t FusedLaunch<DT, H, BM, BN, W>(const FusedParams&, dim3, int,     \
+                                                             cudaStream_t);                    \
+  extern template cudaError_t FusedPrepare<DT, H, BM, BN, W>(int);
+#define ATTN_FUSED_EXTERN(H, BM, BN, W)                                                        \
+  ATTN_FUSED_EXTERN_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)                       \
+  ATTN_FUSED_EXTERN_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
+ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_EXTERN)
+
+}  // namespace attn::kernels::fused

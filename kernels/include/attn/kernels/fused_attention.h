@@ -1,0 +1,97 @@
+// The `fused` family (DESIGN.md §5): our FlashAttention-2-style kernel on tensor cores.
+//
+//   O = softmax(scale · Q Kᵀ + band mask) V    without ever writing the (T, S) scores.
+//
+// One block keeps a BLOCK_M × H tile of Q on chip and streams BLOCK_N × H tiles of K and V
+// through shared memory (cp.async, two stages); Q·Kᵀ and P·V run on mma.sync m16n8k16
+// (fp16/bf16 inputs, fp32 accumulation); softmax is online (running max and sum, exp2 domain).
+// Key tiles outside a block's band are skipped (causal does about half the work); the mask is
+// applied element-wise only on boundary tiles.
+//
+// Problem and layouts (attention_problem.h), all device memory, row-major:
+//   kPadded: q, o (B, T, N, H) dtype   k, v (B, S, K, H) dtype   lse (B, N, T) float32
+//            q_lengths, kv_lengths (B) int32 or null (full extents T, S); read only when
+//            shape.has_lengths. Values are clamped to [0, T] and [0, S].
+//   kVarlen: q, o (total_q, N, H)      k, v (total_kv, K, H)     lse (N, total_q) float32
+//            q_offsets, kv_offsets (B+1) int64, exclusive prefix sums (required); per-entry
+//            lengths must not exceed shape.max_q_len / shape.max_kv_len.
+// dtypes: kFloat16 and kBFloat16 (q, k, v, o share it). Head dims: 32, 64, 80, 96, 128, 256.
+// Grouped heads: query head h reads kv head h / (N / K) directly (no repeated K/V).
+// Masks: every MaskSpec via BandKeyRange (top-left / bottom-right causal, sliding windows; the
+//   bottom-right diagonal offset is S_b − T_b per batch entry).
+// Padding: keys past S_b are never read (zero-filled on chip); query rows past T_b and rows
+//   that see no key are written as zeros with lse = −inf (padded layout: every row < T is
+//   written). lse is the natural log of the sum of exp of the scaled, masked logits.
+// Memory traffic: q, k, v read (K/V once per BLOCK_M query rows and query head), o and lse
+//   written once. No workspace.
+//
+// Thread-safety: FusedSupports is pure. FusedPlanFor touches the CUDA runtime (attribute
+// queries, cudaFuncSetAttribute for the chosen kernel on `device`) and is safe to call
+// concurrently. FusedRun may be called concurrently on any streams with the same plan.
+// Built only when ATTN_CUDA is on; this header needs cuda_runtime_api.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attn/kernels/attention_problem.h"
+#include "attn/kernels/status.h"
+
+namespace attn::kernels {
+
+/// Optional knobs for FusedPlanFor (defaults are the tuned choice).
+struct FusedPlanOptions {
+  /// -1: the default tile variant for the head dim; otherwise an index into the variants of
+  /// this head dim (FusedVariantCount), for benchmarks and tests.
+  int variant = -1;
+};
+
+/// Host-side decisions for one AttentionShape on one device. A value type: cache it by shape.
+struct FusedPlan {
+  AttentionShape shape;
+  int device = 0;
+  int variant = 0;        ///< index among the head dim's tile variants
+  int block_m = 0;        ///< query rows per block
+  int block_n = 0;        ///< keys per K/V tile
+  int warps = 0;          ///< warps per block (each owns block_m / warps query rows)
+  int smem_bytes = 0;     ///< dynamic shared memory per block
+  int64_t grid_x = 0;     ///< ceil(T / block_m): query tiles (heaviest first under causal)
+  int64_t grid_y = 0;     ///< N query heads
+  int64_t grid_z = 0;     ///< B batch entries
+  const void* launch = nullptr;  ///< internal: the instantiated launcher (opaque)
+  /// "fused h128 bm128 bn64 w8 smem98304" for reports.
+  std::string Describe() const;
+};
+
+/// Ok if the fused family can compute `shape`; otherwise why not:
+///   FAILED_PRECONDITION: dtype kFloat32 or kFloat8E4M3 (fp16 and bf16 only), a head dim
+///     other than 32/64/80/96/128/256, a scale that is not positive and finite.
+///   INVALID_ARGUMENT: non-positive heads or head dim, N % K != 0, negative sizes, B or N above
+///     65535 (grid limits), T or S at or above 2^30, varlen totals that are negative.
+Status FusedSupports(const AttentionShape& shape);
+
+/// Number of tile variants compiled for `head_dim` (0 when unsupported).
+int FusedVariantCount(int64_t head_dim);
+
+/// Chooses the tile variant, grid and shared memory for `shape` on CUDA device `device`, and
+/// raises the kernel's dynamic shared memory limit there. Errors: those of FusedSupports;
+/// UNAVAILABLE without a CUDA device; FAILED_PRECONDITION when the device is older than sm_80,
+/// has no kernel image for it, or its (possibly L4-emulated, ATTN_EMULATE_L4) shared memory
+/// per block is below the variant's need (the message names both numbers); INVALID_ARGUMENT for
+/// an out-of-range options.variant; INTERNAL naming the cudaError_t of a failed runtime call.
+StatusOr<FusedPlan> FusedPlanFor(const AttentionShape& shape, int device,
+                                 const FusedPlanOptions& options = {});
+
+/// Enqueues the kernel on `stream` (which must belong to plan.device): no allocation, no
+/// synchronisation, graph-capturable. `device_tensors` holds device pointers with the layouts
+/// above: q, k, v, o non-null and 16-byte aligned; lse non-null iff plan.shape.return_lse;
+/// offsets non-null for varlen. o (every row < T padded, every row < total_q varlen) and lse
+/// are fully overwritten. Inputs are only read.
+/// Errors: INVALID_ARGUMENT for missing pointers; INTERNAL naming the cudaError_t when the
+/// launch fails. An empty problem (B, T or N zero) enqueues nothing and returns Ok.
+Status FusedRun(const FusedPlan& plan, const AttentionTensors& device_tensors,
+                cudaStream_t stream);
+
+}  // namespace attn::kernels

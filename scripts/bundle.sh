@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Makes a relocatable bundle of attention-server and attention-loadgen (DESIGN.md §11) for GPU
+# hosts that lack gRPC/spdlog/prometheus-cpp: the binaries plus every non-system shared library
+# they link (from ldd), leaving out libc/libm/libstdc++/libgcc, the CUDA driver, cuBLAS and
+# cuDNN (the host's own CUDA 13 toolkit provides those).
+# Usage: scripts/bundle.sh [BUILD_DIR] [OUT_DIR]   (defaults: build, .bundle/attn)
+# Then on the host: .bundle/attn/run.sh attention-server --default-backend naive ...
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${2:-$root/.bundle/attn}
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+cp "$build/server/attention-server" "$build/client/attention-loadgen" "$out/bin/"
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libcudnn|libnvidia)'
+for b in "$out"/bin/*; do
+  ldd "$b" | awk '/=>/ {print $1, $3}' | while read -r name path; do
+    if [[ "$name" =~ $skip ]] || [ ! -f "$path" ]; then continue; fi
+    cp -L -n "$path" "$out/lib/$name"
+  done
+done
+cp -r "$root/client/data" "$out/data"
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs a bundled binary with the bundle's libraries first, then the host's CUDA libraries.
+here=$(cd "$(dirname "$0")" && pwd)
+cuda_lib=${CUDA_LIB_DIR:-/usr/local/cuda/lib64}
+export LD_LIBRARY_PATH="$here/lib:$cuda_lib${CUDNN_LIB_DIR:+:$CUDNN_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exe=$1; shift
+exec "$here/bin/$exe" "$@"
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out"
+ls "$out/lib" | wc -l | xargs echo "libraries:"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build, start attention-server on its embedded default
+# (127.0.0.1:50051, backend auto), replay the first 200 requests of the Azure LLM inference
+# 2023 conversation trace with attention-loadgen (token scale 0.5, 20% of responses checked by
+# the float64 oracle), print the report, and stop the server with SIGTERM.
+# Exit status: 0 when the replay had no errors and no oracle mismatches and the server stopped
+# cleanly. Extra arguments are passed to attention-loadgen (e.g. --requests 50).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/bootstrap.sh"
+"$root/scripts/build.sh" >"$root/build.log" 2>&1 || { tail -50 "$root/build.log"; exit 1; }
+bin="$root/build"
+log=$(mktemp)
+"$bin/server/attention-server" 2>"$log" &
+pid=$!
+cleanup() { kill "$pid" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  grep -q "serving on" "$log" && break
+  if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; exit 1; fi
+  sleep 0.1
+done
+sed 's/^/[server] /' "$log"
+status=0
+"$bin/client/attention-loadgen" --requests 200 --concurrency 2 --token-scale 0.5 \
+  --verify-fraction 0.2 --fail-on-error "$@" || status=$?
+kill -TERM "$pid"
+wait "$pid" && server_rc=0 || server_rc=$?
+tail -n 2 "$log" | sed 's/^/[server] /'
+trap - EXIT
+echo "loadgen exit $status; server exit $server_rc"
+[ "$status" -eq 0 ] && [ "$server_rc" -eq 0 ]

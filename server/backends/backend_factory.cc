@@ -1,0 +1,62 @@
+#include "backends/backend_factory.h"
+
+#include <spdlog/spdlog.h>
+
+#include "backends/cpu_backend.h"
+#include "backends/unavailable_backend.h"
+#if defined(ATTN_HAVE_CUDA)
+#include "backends/gpu_context.h"
+#include "backends/naive_backend.h"
+#endif
+
+namespace attn {
+
+StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
+  BuiltBackends built;
+  built.registry = std::make_unique<BackendRegistry>();
+  built.registry->Add(std::make_unique<CpuBackend>(config.cpu_threads_per_call), /*auto_rank=*/100);
+#if defined(ATTN_HAVE_CUDA)
+  std::string why;
+  std::shared_ptr<GpuContext> gpu;
+  if (CudaDeviceCount(&why) > 0) {
+    auto ctx = GpuContext::Create(config.device, config.gpu_memory_fraction,
+                                  static_cast<uint64_t>(config.pinned_staging_bytes));
+    if (ctx.ok()) {
+      gpu = *ctx;
+      const DeviceInfo& d = gpu->info();
+      spdlog::info("GPU {}: {} (sm_{}{}), {} SMs, {:.1f} GiB; pool {:.1f} GiB", d.index, d.name,
+                   d.major, d.minor, d.sm_count, d.total_memory_bytes / 1073741824.0,
+                   gpu->pool().capacity() / 1073741824.0);
+      built.facts.device_name = d.name;
+      built.facts.compute_capability = std::to_string(d.major) + "." + std::to_string(d.minor);
+      built.facts.device_memory_bytes = static_cast<int64_t>(d.total_memory_bytes);
+      GpuContext* raw = gpu.get();
+      built.facts.pool_usage = [raw] {
+        return std::make_pair(static_cast<int64_t>(raw->pool().capacity()),
+                              static_cast<int64_t>(raw->pool().used()));
+      };
+      built.gpu_holder = gpu;
+    } else {
+      why = "GPU initialisation failed: " + ctx.status().ToString();
+      spdlog::warn("{}", why);
+    }
+  }
+  if (!gpu) spdlog::info("GPU backends unavailable: {}", why);
+  built.registry->Add(std::make_unique<NaiveBackend>(
+                          gpu, why, static_cast<uint64_t>(config.naive_workspace_bytes)),
+                      /*auto_rank=*/50);
+#else
+  built.registry->Add(std::make_unique<UnavailableBackend>(
+                          "naive", "this server was built without CUDA",
+                          "cuBLAS GEMM + softmax + GEMM (needs a CUDA build)"),
+                      /*auto_rank=*/-1);
+#endif
+  if (config.default_backend != "auto" &&
+      built.registry->Find(config.default_backend) == nullptr) {
+    return InvalidArgument("--default-backend: unknown backend \"" + config.default_backend +
+                           "\"; known: " + built.registry->KnownNames());
+  }
+  return built;
+}
+
+}  // namespace attn

@@ -1,0 +1,24 @@
+// Builds the server's backend registry from its configuration: `cpu` always; the CUDA
+// backends when the build has CUDA and a device opens (else they are listed as unavailable
+// with the reason). Auto's preference order: naive, then cpu (later: measured per device).
+#pragma once
+
+#include <memory>
+
+#include "backends/backend_registry.h"
+#include "config/server_config.h"
+#include "service/attention_service.h"
+
+namespace attn {
+
+/// The registry and what it found about the device. `gpu_holder` keeps GPU state alive.
+struct BuiltBackends {
+  std::unique_ptr<BackendRegistry> registry;
+  ServerFacts facts;
+  std::shared_ptr<void> gpu_holder;
+};
+
+/// Errors: INVALID_ARGUMENT when --default-backend names no backend.
+StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config);
+
+}  // namespace attn

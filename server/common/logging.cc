@@ -1,0 +1,66 @@
+#include "common/logging.h"
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+namespace attn {
+namespace {
+
+// Appends the log message JSON-escaped (RFC 8259 §7).
+class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    static const char kHex[] = "0123456789abcdef";
+    for (char ch : msg.payload) {
+      const unsigned char c = static_cast<unsigned char>(ch);
+      switch (c) {
+        case '"': dest.append(std::string_view("\\\"")); break;
+        case '\\': dest.append(std::string_view("\\\\")); break;
+        case '\n': dest.append(std::string_view("\\n")); break;
+        case '\r': dest.append(std::string_view("\\r")); break;
+        case '\t': dest.append(std::string_view("\\t")); break;
+        default:
+          if (c < 0x20) {
+            const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+            dest.append(esc, esc + 6);
+          } else {
+            dest.push_back(ch);
+          }
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
+}  // namespace
+
+Status ConfigureLogging(const std::string& level, const std::string& format) {
+  auto lvl = spdlog::level::from_str(level);
+  if (lvl == spdlog::level::off && level != "off") {
+    return InvalidArgument("--log-level: unknown level " + level);
+  }
+  auto logger = std::make_shared<spdlog::logger>(
+      "attn", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  if (format == "json") {
+    auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    f->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","thread":%t,"msg":"%*"})");
+    logger->set_formatter(std::move(f));
+  } else if (format == "text") {
+    logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  } else {
+    return InvalidArgument("--log-format: expected text or json, got " + format);
+  }
+  logger->set_level(lvl);
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  return Status::Ok();
+}
+
+}  // namespace attn

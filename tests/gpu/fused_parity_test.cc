@@ -1,0 +1,335 @@
+// fused_parity_test: the fused family (FlashAttention-2-style kernel) against the float64 CPU
+// reference through the parity harness: the standard grid for fp16/bf16 at head dims 64 and
+// 128, the other head dims, every tile variant, and explicit cases (T != S, T = 1, lengths that
+// are not multiples of the tiles, zero-length keys, long causal S, GQA 8/2/1 varlen), plus the
+// refusals. Without a CUDA device the GPU tests skip ("no CUDA device: skipped").
+// ATTN_PARITY_OUT=<path>: per-case results appended as JSON lines.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "attn/kernels/fused_attention.h"
+#include "parity_harness.h"
+
+namespace attn::parity {
+namespace {
+
+using kernels::CausalAlignment;
+using kernels::DType;
+using kernels::FusedPlan;
+using kernels::Layout;
+
+bool HaveDevice() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  return ok;
+}
+
+#define CUDA_OK(expr)                                                                         \
+  do {                                                                                        \
+    const cudaError_t _e = (expr);                                                            \
+    if (_e != cudaSuccess) return Internal(std::string(#expr) + ": " + cudaGetErrorName(_e)); \
+  } while (0)
+
+/// A device allocation freed on scope exit (tests only: the library never allocates).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+  Status From(const void* host, size_t bytes) {
+    CUDA_OK(cudaMalloc(&p_, bytes == 0 ? 256 : bytes));
+    if (bytes > 0) CUDA_OK(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+cudaStream_t Stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t st = nullptr;
+    (void)cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    return st;
+  }();
+  return s;
+}
+
+/// Copies the case in (outputs too, poisoned, so rows the kernel skips stay poison), plans the
+/// requested variant, runs, copies back.
+Status RunFused(const HostCase& c, HostOutputs* out, int variant, FusedPlan* plan_out) {
+  const AttentionShape& s = c.shape;
+  kernels::FusedPlanOptions opt;
+  opt.variant = variant;
+  StatusOr<FusedPlan> plan = kernels::FusedPlanFor(s, 0, opt);
+  if (!plan.ok()) return plan.status();
+  if (plan_out != nullptr) *plan_out = *plan;
+  DeviceBuffer q, k, v, o, lse, ql, kl, qo, ko;
+  ATTN_RETURN_IF_ERROR(q.From(c.q.data(), c.q.size()));
+  ATTN_RETURN_IF_ERROR(k.From(c.k.data(), c.k.size()));
+  ATTN_RETURN_IF_ERROR(v.From(c.v.data(), c.v.size()));
+  ATTN_RETURN_IF_ERROR(o.From(out->o.data(), out->o.size()));
+  ATTN_RETURN_IF_ERROR(lse.From(out->lse.data(), out->lse.size() * sizeof(float)));
+  ATTN_RETURN_IF_ERROR(ql.From(c.q_lengths.data(), c.q_lengths.size() * sizeof(int32_t)));
+  ATTN_RETURN_IF_ERROR(kl.From(c.kv_lengths.data(), c.kv_lengths.size() * sizeof(int32_t)));
+  ATTN_RETURN_IF_ERROR(qo.From(c.q_offsets.data(), c.q_offsets.size() * sizeof(int64_t)));
+  ATTN_RETURN_IF_ERROR(ko.From(c.kv_offsets.data(), c.kv_offsets.size() * sizeof(int64_t)));
+  kernels::AttentionTensors t;
+  t.q = q.get();
+  t.k = k.get();
+  t.v = v.get();
+  t.o = o.get();
+  t.lse = s.return_lse ? static_cast<float*>(lse.get()) : nullptr;
+  if (s.has_lengths && !c.q_lengths.empty()) {
+    t.q_lengths = static_cast<const int32_t*>(ql.get());
+    t.kv_lengths = static_cast<const int32_t*>(kl.get());
+  }
+  if (s.layout == Layout::kVarlen) {
+    t.q_offsets = static_cast<const int64_t*>(qo.get());
+    t.kv_offsets = static_cast<const int64_t*>(ko.get());
+  }
+  ATTN_RETURN_IF_ERROR(kernels::FusedRun(*plan, t, Stream()));
+  CUDA_OK(cudaStreamSynchronize(Stream()));
+  CUDA_OK(cudaMemcpy(out->o.data(), o.get(), out->o.size(), cudaMemcpyDeviceToHost));
+  if (!out->lse.empty()) {
+    CUDA_OK(cudaMemcpy(out->lse.data(), lse.get(), out->lse.size() * sizeof(float),
+                       cudaMemcpyDeviceToHost));
+  }
+  return Status::Ok();
+}
+
+KernelRunner FusedRunner(int variant = -1, FusedPlan* plan_out = nullptr) {
+  return {"fused", kernels::FusedSupports, [variant, plan_out](const HostCase& c, HostOutputs* o) {
+            return RunFused(c, o, variant, plan_out);
+          }};
+}
+
+void Record(const std::string& label, const std::vector<CaseResult>& results) {
+  if (const char* path = std::getenv("ATTN_PARITY_OUT")) {
+    std::ofstream(path, std::ios::app) << ResultsToJson("fused/" + label, results);
+  }
+}
+
+/// Expects no failures, no skips (the shapes given are all supported), at least one pass.
+void ExpectParity(const std::string& label, const std::vector<CaseResult>& results) {
+  Record(label, results);
+  int passed = 0, failed = 0, skipped = 0;
+  double worst = 0;
+  for (const CaseResult& r : results) {
+    if (r.skipped) {
+      ++skipped;
+      ADD_FAILURE() << label << ": " << r.name << " skipped: " << r.skip_reason;
+    } else if (r.passed) {
+      ++passed;
+      worst = std::max(worst, r.rel_l2);
+    } else if (++failed <= 25) {
+      ADD_FAILURE() << label << ": " << r.name << ": " << r.failure;
+    }
+  }
+  std::printf("[%s] %d passed, %d failed, %d skipped; worst rel_l2 %.3g\n", label.c_str(),
+              passed, failed, skipped, worst);
+  EXPECT_EQ(failed, 0);
+  EXPECT_GT(passed, 0);
+}
+
+AttentionShape Shape(DType dtype, int64_t B, int64_t T, int64_t S, int64_t N, int64_t K,
+                     int64_t H, CausalAlignment causal, bool lengths) {
+  AttentionShape s;
+  s.dtype = dtype;
+  s.batch = B;
+  s.max_q_len = T;
+  s.max_kv_len = S;
+  s.num_heads = N;
+  s.num_kv_heads = K;
+  s.head_dim = H;
+  s.mask.causal = causal;
+  s.has_lengths = lengths;
+  s.return_lse = true;
+  return s;
+}
+
+class FusedGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: skipped";
+  }
+};
+
+TEST_F(FusedGpu, StandardGridFloat16) {
+  GridOptions opt;
+  opt.dtypes = {DType::kFloat16};
+  opt.head_dims = {64, 128};
+  ExpectParity("grid/float16", RunGrid(FusedRunner(), StandardGrid(opt)));
+}
+
+TEST_F(FusedGpu, StandardGridBFloat16) {
+  GridOptions opt;
+  opt.dtypes = {DType::kBFloat16};
+  opt.head_dims = {64, 128};
+  ExpectParity("grid/bfloat16", RunGrid(FusedRunner(), StandardGrid(opt)));
+}
+
+TEST_F(FusedGpu, OtherHeadDims) {
+  GridOptions opt;
+  opt.dtypes = {DType::kFloat16, DType::kBFloat16};
+  opt.head_dims = {32, 80, 96, 256};
+  opt.include_hard_inputs = false;
+  ExpectParity("head_dims", RunGrid(FusedRunner(), StandardGrid(opt)));
+}
+
+// Every non-default tile variant (the benchmark may force them) on a reduced grid.
+TEST_F(FusedGpu, EveryVariant) {
+  for (int64_t hd : {32, 64, 80, 96, 128, 256}) {
+    for (int variant = 1; variant < kernels::FusedVariantCount(hd); ++variant) {
+      GridOptions opt;
+      opt.dtypes = {DType::kBFloat16, DType::kFloat16};
+      opt.head_dims = {hd};
+      opt.include_hard_inputs = false;
+      ExpectParity("variant/h" + std::to_string(hd) + "/" + std::to_string(variant),
+                   RunGrid(FusedRunner(variant), StandardGrid(opt)));
+    }
+  }
+}
+
+TEST_F(FusedGpu, ExplicitCases) {
+  std::vector<HostCase> cases;
+  uint64_t seed = 4242;
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t H : {64, 128}) {
+      // T != S both ways, both alignments (bottom-right offset S - T).
+      for (CausalAlignment a : {CausalAlignment::kTopLeft, CausalAlignment::kBottomRight}) {
+        cases.push_back(MakeCase(Shape(d, 2, 300, 1000, 4, 2, H, a, false), InputKind::kNormal,
+                                 seed++, false));
+        cases.push_back(MakeCase(Shape(d, 2, 1000, 300, 4, 4, H, a, false), InputKind::kNormal,
+                                 seed++, false));
+      }
+      // T = 1 (decode) against many keys, bottom-right and no mask.
+      cases.push_back(MakeCase(Shape(d, 3, 1, 4097, 8, 1, H, CausalAlignment::kBottomRight,
+                                     false),
+                               InputKind::kNormal, seed++, false));
+      cases.push_back(MakeCase(Shape(d, 3, 1, 777, 8, 8, H, CausalAlignment::kNone, true),
+                               InputKind::kNormal, seed++, true));
+      // Lengths that are not multiples of any tile, some zero-length keys (allow_empty).
+      cases.push_back(MakeCase(Shape(d, 4, 333, 517, 4, 2, H, CausalAlignment::kBottomRight,
+                                     true),
+                               InputKind::kNormal, seed++, true));
+      cases.push_back(MakeCase(Shape(d, 4, 129, 65, 4, 1, H, CausalAlignment::kNone, true),
+                               InputKind::kLogitsTimes8, seed++, true));
+      // Sliding windows that cut through tiles on both sides.
+      AttentionShape w = Shape(d, 2, 700, 700, 4, 2, H, CausalAlignment::kNone, false);
+      w.mask.window_left = 100;
+      w.mask.window_right = 3;
+      cases.push_back(MakeCase(w, InputKind::kNormal, seed++, false));
+      w.mask.causal = CausalAlignment::kBottomRight;
+      w.mask.window_left = 255;
+      cases.push_back(MakeCase(w, InputKind::kNormal, seed++, false));
+    }
+  }
+  ExpectParity("explicit", RunGrid(FusedRunner(), cases));
+}
+
+TEST_F(FusedGpu, LongCausal) {
+  std::vector<HostCase> cases;
+  uint64_t seed = 777;
+  cases.push_back(MakeCase(Shape(DType::kBFloat16, 1, 4096, 4096, 2, 1, 128,
+                                 CausalAlignment::kTopLeft, false),
+                           InputKind::kNormal, seed++, false));
+  cases.push_back(MakeCase(Shape(DType::kFloat16, 1, 4096, 4096, 2, 2, 64,
+                                 CausalAlignment::kBottomRight, false),
+                           InputKind::kNormal, seed++, false));
+  cases.push_back(MakeCase(Shape(DType::kBFloat16, 1, 1000, 4096, 2, 1, 128,
+                                 CausalAlignment::kBottomRight, false),
+                           InputKind::kLogitsTimes8, seed++, false));
+  ExpectParity("long_causal", RunGrid(FusedRunner(), cases));
+}
+
+TEST_F(FusedGpu, GqaVarlen) {
+  std::vector<HostCase> cases;
+  uint64_t seed = 31337;
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t K : {8, 2, 1}) {
+      for (CausalAlignment a :
+           {CausalAlignment::kNone, CausalAlignment::kTopLeft, CausalAlignment::kBottomRight}) {
+        AttentionShape s = Shape(d, 5, 300, 450, 8, K, K == 2 ? 128 : 64, a, true);
+        s.layout = Layout::kVarlen;
+        cases.push_back(MakeCase(s, InputKind::kNormal, seed++, true));
+      }
+    }
+  }
+  ExpectParity("gqa_varlen", RunGrid(FusedRunner(), cases));
+}
+
+// Every variant fits an L4's 99 KB of shared memory per block.
+TEST_F(FusedGpu, VariantsFitL4) {
+  for (int64_t hd : {32, 64, 80, 96, 128, 256}) {
+    for (int variant = 0; variant < kernels::FusedVariantCount(hd); ++variant) {
+      kernels::FusedPlanOptions opt;
+      opt.variant = variant;
+      StatusOr<FusedPlan> plan = kernels::FusedPlanFor(
+          Shape(DType::kBFloat16, 1, 128, 128, 1, 1, hd, CausalAlignment::kNone, false), 0, opt);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_LE(plan->smem_bytes, 101376) << plan->Describe();
+      std::printf("h%lld variant %d: %s\n", static_cast<long long>(hd), variant,
+                  plan->Describe().c_str());
+    }
+  }
+}
+
+TEST_F(FusedGpu, RunErrors) {
+  const AttentionShape s =
+      Shape(DType::kFloat16, 2, 16, 16, 4, 2, 64, CausalAlignment::kNone, false);
+  StatusOr<FusedPlan> plan = kernels::FusedPlanFor(s, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  kernels::AttentionTensors t;  // all null
+  EXPECT_EQ(kernels::FusedRun(*plan, t, Stream()).code(), StatusCode::kInvalidArgument);
+  kernels::FusedPlanOptions opt;
+  opt.variant = 99;
+  EXPECT_EQ(kernels::FusedPlanFor(s, 0, opt).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Host-only checks: no device needed.
+TEST(FusedSupports, Refusals) {
+  AttentionShape s = Shape(DType::kFloat16, 2, 16, 16, 4, 2, 64, CausalAlignment::kNone, false);
+  s.scale = 0.125f;
+  EXPECT_TRUE(kernels::FusedSupports(s).ok());
+  for (DType d : {DType::kFloat32, DType::kFloat8E4M3}) {
+    s.dtype = d;
+    const Status st = kernels::FusedSupports(s);
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(st.message().find("dtype"), std::string::npos) << st.message();
+  }
+  s.dtype = DType::kBFloat16;
+  for (int64_t hd : {48, 112, 160, 512}) {
+    s.head_dim = hd;
+    const Status st = kernels::FusedSupports(s);
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << hd;
+    EXPECT_NE(st.message().find("head dim"), std::string::npos) << st.message();
+  }
+  s.head_dim = 128;
+  s.num_kv_heads = 3;
+  EXPECT_EQ(kernels::FusedSupports(s).code(), StatusCode::kInvalidArgument);
+  s.num_kv_heads = 2;
+  s.scale = -1.f;
+  EXPECT_EQ(kernels::FusedSupports(s).code(), StatusCode::kFailedPrecondition);
+  s.scale = 0.1f;
+  s.batch = 70000;
+  EXPECT_EQ(kernels::FusedSupports(s).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernels::FusedVariantCount(48), 0);
+  EXPECT_GE(kernels::FusedVariantCount(128), 1);
+}
+
+}  // namespace
+}  // namespace attn::parity

@@ -1,0 +1,146 @@
+#include "validation/attend_validator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace attn {
+namespace {
+
+using attention::v1::AttendRequest;
+
+void Fill(attention::v1::Tensor* t, attention::v1::DType dt, std::vector<int64_t> shape) {
+  t->set_dtype(dt);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t->add_shape(d);
+    n *= d;
+  }
+  t->mutable_data()->assign(n * (dt == attention::v1::FLOAT32 ? 4 : 2), '\x01');
+}
+
+AttendRequest Padded(int64_t B, int64_t T, int64_t S, int64_t N, int64_t K, int64_t H) {
+  AttendRequest r;
+  Fill(r.mutable_q(), attention::v1::BFLOAT16, {B, T, N, H});
+  Fill(r.mutable_k(), attention::v1::BFLOAT16, {B, S, K, H});
+  Fill(r.mutable_v(), attention::v1::BFLOAT16, {B, S, K, H});
+  return r;
+}
+
+void ExpectInvalid(const AttendRequest& r, const std::string& needle) {
+  auto v = ValidateAttend(r);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find(needle), std::string::npos) << v.status().message();
+}
+
+TEST(AttendValidator, GoodPaddedRequestDescribesTheProblem) {
+  AttendRequest r = Padded(2, 5, 7, 8, 2, 64);
+  r.mutable_mask()->set_causal(attention::v1::CAUSAL_BOTTOM_RIGHT);
+  r.mutable_mask()->set_window_left(3);
+  r.add_kv_lengths(7);
+  r.add_kv_lengths(4);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.batch, 2);
+  EXPECT_EQ(v->shape.max_q_len, 5);
+  EXPECT_EQ(v->shape.max_kv_len, 7);
+  EXPECT_EQ(v->shape.num_heads, 8);
+  EXPECT_EQ(v->shape.num_kv_heads, 2);
+  EXPECT_EQ(v->shape.mask.window_left, 3);
+  EXPECT_EQ(v->shape.mask.window_right, -1);
+  EXPECT_FLOAT_EQ(v->shape.scale, 0.125f);  // 1/sqrt(64)
+  ASSERT_EQ(v->q_lengths.size(), 2u);       // q defaults to full length when kv given
+  EXPECT_EQ(v->q_lengths[1], 5);
+  EXPECT_EQ(v->kv_lengths[1], 4);
+  EXPECT_DOUBLE_EQ(v->flops, 4.0 * (5 * 7 + 5 * 4) * 8 * 64 * 0.5);
+  EXPECT_EQ(v->lse_shape, (std::vector<int64_t>{2, 8, 5}));
+  auto t = v->Tensors(nullptr, nullptr);
+  EXPECT_EQ(t.kv_lengths[1], 4);
+}
+
+TEST(AttendValidator, VarlenComputesOffsets) {
+  AttendRequest r;
+  r.set_layout(attention::v1::LAYOUT_VARLEN);
+  Fill(r.mutable_q(), attention::v1::FLOAT16, {5, 4, 32});
+  Fill(r.mutable_k(), attention::v1::FLOAT16, {9, 1, 32});
+  Fill(r.mutable_v(), attention::v1::FLOAT16, {9, 1, 32});
+  for (int x : {2, 0, 3}) r.add_q_lengths(x);
+  for (int x : {4, 5, 0}) r.add_kv_lengths(x);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.batch, 3);
+  EXPECT_EQ(v->shape.max_q_len, 3);
+  EXPECT_EQ(v->shape.max_kv_len, 5);
+  EXPECT_EQ(v->q_offsets, (std::vector<int64_t>{0, 2, 2, 5}));
+  EXPECT_EQ(v->kv_offsets, (std::vector<int64_t>{0, 4, 9, 9}));
+  EXPECT_EQ(v->lse_shape, (std::vector<int64_t>{4, 5}));
+}
+
+TEST(AttendValidator, RejectsEachBadField) {
+  AttendRequest r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_q()->mutable_data()->append("x");
+  ExpectInvalid(r, "q.data: expected 128 bytes");
+
+  r = Padded(1, 4, 4, 6, 4, 8);
+  ExpectInvalid(r, "divisible");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_k()->set_dtype(attention::v1::FLOAT32);
+  r.mutable_k()->mutable_data()->resize(r.k().data().size() * 2);
+  ExpectInvalid(r, "k.dtype: expected q's dtype bfloat16");
+
+  r = Padded(2, 4, 4, 2, 2, 8);
+  r.clear_k();
+  Fill(r.mutable_k(), attention::v1::BFLOAT16, {3, 4, 2, 8});
+  ExpectInvalid(r, "k.shape[0] (batch)");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_q()->set_shape(0, -1);
+  ExpectInvalid(r, "q.shape[0]: expected >= 0");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.add_q_lengths(5);
+  ExpectInvalid(r, "q_lengths[0]: expected in [0, T=4], got 5");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_mask()->set_window_left(-2);
+  ExpectInvalid(r, "mask.window_left");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_mask()->set_causal(static_cast<attention::v1::CausalAlignment>(9));
+  ExpectInvalid(r, "mask.causal");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.set_scale(std::nanf(""));
+  ExpectInvalid(r, "scale");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.set_layout(static_cast<attention::v1::Layout>(5));
+  ExpectInvalid(r, "layout");
+
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_q()->set_dtype(attention::v1::FLOAT8_E4M3);
+  r.mutable_q()->mutable_data()->resize(64);
+  ExpectInvalid(r, "q.scale");
+
+  r.Clear();
+  r.set_layout(attention::v1::LAYOUT_VARLEN);
+  Fill(r.mutable_q(), attention::v1::FLOAT16, {5, 4, 32});
+  Fill(r.mutable_k(), attention::v1::FLOAT16, {9, 1, 32});
+  Fill(r.mutable_v(), attention::v1::FLOAT16, {9, 1, 32});
+  ExpectInvalid(r, "q_lengths: required");
+  r.add_q_lengths(5);
+  r.add_kv_lengths(8);
+  ExpectInvalid(r, "sum(kv_lengths)");
+}
+
+TEST(AttendValidator, OverflowingShapeIsRejectedNotWrapped) {
+  AttendRequest r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_q()->set_shape(1, int64_t{1} << 40);
+  r.mutable_q()->set_shape(3, int64_t{1} << 40);
+  ExpectInvalid(r, "too many elements");
+}
+
+}  // namespace
+}  // namespace attn
