@@ -19,7 +19,9 @@ for b in "$out"/bin/*; do
     cp -L -n "$path" "$out/lib/$name"
   done
 done
-cp -r "$root/client/data" "$out/data"
+# Debug info is not needed on the host and would make the bundle too large to carry.
+strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+ln -s ../../client/data "$out/data" 2>/dev/null || true
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs a bundled binary with the bundle's libraries first, then the host's CUDA libraries.

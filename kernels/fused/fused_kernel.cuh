@@ -240,22 +240,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int store_rows = min(kBM, (p.varlen ? q_len : p.max_q_len) - m0);
   if (store_rows <= 0) return;
 
-  // Key tiles this block visits. lo(i) and hi(i) of BandKeyRange never decrease with i, so the
-  // union over rows [m0, last] is [lo(m0), hi(last)]; a tile is interior (no mask) when it lies
-  // inside [lo(last), hi(m0)].
-  int n_begin = 0, n_end = 0;  // tile indices, [n_begin, n_end)
-  int full_lo = 1, full_hi = 0;  // interior key range
-  if (m0 < q_len && kv_len > 0) {
-    const int last = min(m0 + kBM, q_len) - 1;
-    const KeyRange first_r = BandKeyRange(p.mask, m0, q_len, kv_len);
-    const KeyRange last_r = BandKeyRange(p.mask, last, q_len, kv_len);
-    if (first_r.lo <= last_r.hi) {
-      n_begin = static_cast<int>(first_r.lo / kBN);
-      n_end = static_cast<int>(last_r.hi / kBN) + 1;
-      full_lo = static_cast<int>(last_r.lo);
-      full_hi = static_cast<int>(first_r.hi);
-    }
-  }
+  // Key tiles this block visits; interior tiles skip the mask.
+  const BlockTiles tiles = BlockKeyTiles(p.mask, m0, kBM, kBN, q_len, kv_len);
+  const int n_begin = tiles.n_begin, n_end = tiles.n_end;
 
   // Per-thread rows: warp rows + mt*16 + g + 8*r.
   const int warp_row0 = warp * Tr::kWarpRows;
@@ -472,7 +459,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const uint32_t s_k = s_k0 + stage * Tr::kKVBytes;
       const uint32_t s_v = s_v0 + stage * Tr::kKVBytes;
       // Interior tiles (inside every row's band) skip the mask.
-      if (n0 >= full_lo && n0 + kBN - 1 <= full_hi) {
+      if (tiles.Interior(n_end - 1 - it, kBN)) {
         tile(s_k, s_v, n0, std::false_type{});
       } else {
         tile(s_k, s_v, n0, std::true_type{});
@@ -494,7 +481,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const float inv = valid ? 1.f / l : 0.f;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
-        const uint32_t packed = E::Pack(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+        // Selects, not a multiply by 0: padding rows' accumulators are never trusted.
+        const uint32_t packed =
+            valid ? E::Pack(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv) : 0u;
         const uint32_t addr = s_q + L::Offset(row, dt) + tig * 4;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
       }

@@ -38,6 +38,36 @@ struct FusedParams {
   MaskSpec mask;
 };
 
+/// The key tiles one block of query rows [m0, m0 + block_m) visits, and the keys inside every
+/// visible row's band. lo(i) and hi(i) of BandKeyRange never decrease with i, so the union of
+/// the rows' ranges is [lo(m0), hi(last)] (last = the block's last row below q_len), and a tile
+/// lies inside every row's band when it lies inside [lo(last), hi(m0)]. Rows >= q_len are
+/// ignored (the kernel writes them as zeros). Shared by the kernel and its host tests.
+struct BlockTiles {
+  int n_begin = 0;   ///< first key tile index
+  int n_end = 0;     ///< one past the last key tile index (n_begin == n_end: nothing to do)
+  int full_lo = 1;   ///< keys [full_lo, full_hi] are in every visible row's band
+  int full_hi = 0;
+  /// True when tile `n` (keys [n*block_n, (n+1)*block_n)) needs no per-element mask.
+  ATTN_HD bool Interior(int n, int block_n) const {
+    return n * block_n >= full_lo && n * block_n + block_n - 1 <= full_hi;
+  }
+};
+ATTN_HD BlockTiles BlockKeyTiles(const MaskSpec& mask, int m0, int block_m, int block_n,
+                                 int q_len, int kv_len) {
+  BlockTiles t;
+  if (m0 >= q_len || kv_len <= 0) return t;
+  const int last = (m0 + block_m < q_len ? m0 + block_m : q_len) - 1;
+  const KeyRange first_r = BandKeyRange(mask, m0, q_len, kv_len);
+  const KeyRange last_r = BandKeyRange(mask, last, q_len, kv_len);
+  if (first_r.lo > last_r.hi) return t;
+  t.n_begin = static_cast<int>(first_r.lo / block_n);
+  t.n_end = static_cast<int>(last_r.hi / block_n) + 1;
+  t.full_lo = static_cast<int>(last_r.lo);
+  t.full_hi = static_cast<int>(first_r.hi);
+  return t;
+}
+
 /// A kernel variant: element dtype, head dim, rows of queries per block, keys per tile, warps.
 /// kernel entry points are FusedLaunch<dtype, H, BM, BN, W> and FusedPrepare<...> below.
 using FusedLaunchFn = cudaError_t (*)(const FusedParams& params, dim3 grid, int smem_bytes,

@@ -34,16 +34,15 @@ Status NaiveSupports(const AttentionShape& s) {
   }
   if (s.batch <= 0 || s.max_q_len <= 0 || s.max_kv_len <= 0 || s.num_heads <= 0 ||
       s.num_kv_heads <= 0 || s.head_dim <= 0) {
-    return InvalidArgument("naive: B, T, S, N, K and H must be positive (got B=" +
-                           std::to_string(s.batch) + " T=" + std::to_string(s.max_q_len) +
-                           " S=" + std::to_string(s.max_kv_len) + " N=" +
-                           std::to_string(s.num_heads) + " K=" + std::to_string(s.num_kv_heads) +
-                           " H=" + std::to_string(s.head_dim) + ")");
+    return InvalidArgument(
+        "naive: B, T, S, N, K and H must be positive (got B=" + std::to_string(s.batch) +
+        " T=" + std::to_string(s.max_q_len) + " S=" + std::to_string(s.max_kv_len) +
+        " N=" + std::to_string(s.num_heads) + " K=" + std::to_string(s.num_kv_heads) +
+        " H=" + std::to_string(s.head_dim) + ")");
   }
   if (s.num_heads % s.num_kv_heads != 0) {
     return InvalidArgument("naive: num_heads " + std::to_string(s.num_heads) +
-                           " is not a multiple of num_kv_heads " +
-                           std::to_string(s.num_kv_heads));
+                           " is not a multiple of num_kv_heads " + std::to_string(s.num_kv_heads));
   }
   if (!std::isfinite(s.scale)) return InvalidArgument("naive: scale must be finite");
   const int64_t ld = (s.max_kv_len + 7) / 8 * 8;
@@ -60,8 +59,8 @@ StatusOr<NaivePlan> NaivePlanFor(const AttentionShape& s, size_t workspace_limit
   p.shape = s;
   p.scores_ld = (s.max_kv_len + 7) / 8 * 8;
   p.num_units = s.batch * s.num_kv_heads;
-  const double unit_elems = static_cast<double>(s.group_size()) *
-                            static_cast<double>(s.max_q_len) * static_cast<double>(p.scores_ld);
+  const double unit_elems = static_cast<double>(s.group_size()) * static_cast<double>(s.max_q_len) *
+                            static_cast<double>(p.scores_ld);
   if (unit_elems * 8.0 > 9.0e18) {
     return ResourceExhausted("naive: one (batch entry, kv head) unit needs ~" +
                              std::to_string(unit_elems * 4.0) + " bytes of scores");
@@ -71,12 +70,12 @@ StatusOr<NaivePlan> NaivePlanFor(const AttentionShape& s, size_t workspace_limit
   p.unit_probs_bytes = s.dtype == DType::kFloat32 ? 0 : elems * DTypeSize(s.dtype);
   const size_t one = ChunkBytes(p, 1);
   if (one > workspace_limit_bytes) {
-    return ResourceExhausted(
-        "naive: one (batch entry, kv head) unit needs " + std::to_string(one) +
-        " bytes of workspace (G=" + std::to_string(s.group_size()) + " heads x T=" +
-        std::to_string(s.max_q_len) + " x S=" + std::to_string(s.max_kv_len) +
-        " scores + probabilities) but the limit is " + std::to_string(workspace_limit_bytes) +
-        " bytes");
+    return ResourceExhausted("naive: one (batch entry, kv head) unit needs " + std::to_string(one) +
+                             " bytes of workspace (G=" + std::to_string(s.group_size()) +
+                             " heads x T=" + std::to_string(s.max_q_len) +
+                             " x S=" + std::to_string(s.max_kv_len) +
+                             " scores + probabilities) but the limit is " +
+                             std::to_string(workspace_limit_bytes) + " bytes");
   }
   int64_t n = static_cast<int64_t>(
       std::min<size_t>(workspace_limit_bytes / (p.unit_scores_bytes + p.unit_probs_bytes),

@@ -24,9 +24,12 @@ Status FromCublas(cublasStatus_t st, const char* what) {
 
 cudaDataType CudaType(DType d) {
   switch (d) {
-    case DType::kFloat16: return CUDA_R_16F;
-    case DType::kBFloat16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -74,8 +77,9 @@ Status NaiveRun(const NaivePlan& plan, const AttentionTensors& t, void* workspac
   cublasStatus_t st = cublasGetStream(handle, &bound);
   if (st != CUBLAS_STATUS_SUCCESS) return FromCublas(st, "cublasGetStream");
   if (bound != stream) {
-    return InvalidArgument("naive: the cuBLAS handle is bound to another stream "
-                           "(call cublasSetStream(handle, stream) first)");
+    return InvalidArgument(
+        "naive: the cuBLAS handle is bound to another stream "
+        "(call cublasSetStream(handle, stream) first)");
   }
   PointerModeGuard guard(handle);
   if (!guard.ok()) return Internal("naive: cublasGetPointerMode failed");
@@ -121,10 +125,10 @@ Status NaiveRun(const NaivePlan& plan, const AttentionTensors& t, void* workspac
       if (st != CUBLAS_STATUS_SUCCESS) return;
       st = cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(S), static_cast<int>(T),
-          static_cast<int>(H), &alpha_qk, k + g.kv_offset * esize, io_type,
-          static_cast<int>(K * H), g.kv_stride, q + g.q_offset * esize, io_type,
-          static_cast<int>(N * H), g.q_stride, &beta, scores + g.s_offset, CUDA_R_32F,
-          static_cast<int>(ld), g.s_stride, g.count, compute, CUBLAS_GEMM_DEFAULT);
+          static_cast<int>(H), &alpha_qk, k + g.kv_offset * esize, io_type, static_cast<int>(K * H),
+          g.kv_stride, q + g.q_offset * esize, io_type, static_cast<int>(N * H), g.q_stride, &beta,
+          scores + g.s_offset, CUDA_R_32F, static_cast<int>(ld), g.s_stride, g.count, compute,
+          CUBLAS_GEMM_DEFAULT);
     });
     if (st != CUBLAS_STATUS_SUCCESS) return FromCublas(st, "cublasGemmStridedBatchedEx (Q·Kᵀ)");
     sp.first_unit = u0;
@@ -136,10 +140,10 @@ Status NaiveRun(const NaivePlan& plan, const AttentionTensors& t, void* workspac
       if (st != CUBLAS_STATUS_SUCCESS) return;
       st = cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(H), static_cast<int>(T),
-          static_cast<int>(S), &alpha_pv, v + g.kv_offset * esize, io_type,
-          static_cast<int>(K * H), g.kv_stride, probs + g.s_offset * esize_p, io_type,
-          static_cast<int>(ld), g.s_stride, &beta, o + g.q_offset * esize, io_type,
-          static_cast<int>(N * H), g.q_stride, g.count, compute, CUBLAS_GEMM_DEFAULT);
+          static_cast<int>(S), &alpha_pv, v + g.kv_offset * esize, io_type, static_cast<int>(K * H),
+          g.kv_stride, probs + g.s_offset * esize_p, io_type, static_cast<int>(ld), g.s_stride,
+          &beta, o + g.q_offset * esize, io_type, static_cast<int>(N * H), g.q_stride, g.count,
+          compute, CUBLAS_GEMM_DEFAULT);
     });
     if (st != CUBLAS_STATUS_SUCCESS) return FromCublas(st, "cublasGemmStridedBatchedEx (P·V)");
   }

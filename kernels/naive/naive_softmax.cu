@@ -19,9 +19,13 @@ constexpr int kThreads = kWarpsPerBlock * 32;
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
@@ -30,20 +34,23 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
 /// Merges two (max, sum of exp(x - max)) pairs; -inf max means an empty pair.
 __device__ __forceinline__ void Merge(float& m, float& l, float m2, float l2) {
   if (m2 == -INFINITY) return;
-  if (m == -INFINITY) { m = m2; l = l2; return; }
+  if (m == -INFINITY) {
+    m = m2;
+    l = l2;
+    return;
+  }
   const float mn = fmaxf(m, m2);
   l = l * expf(m - mn) + l2 * expf(m2 - mn);
   m = mn;
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    MaskSoftmaxKernel(SoftmaxParams p, T* probs) {
+__global__ void __launch_bounds__(kThreads) MaskSoftmaxKernel(SoftmaxParams p, T* probs) {
   const int lane = threadIdx.x & 31;
   const int64_t rows = p.units * p.G * p.T;
   const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-       r < rows; r += warps_total) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); r < rows;
+       r += warps_total) {
     const int64_t t = r % p.T;
     const int64_t g = (r / p.T) % p.G;
     const int64_t u = p.first_unit + r / (p.T * p.G);

@@ -23,7 +23,8 @@ StatusOr<DeviceLimits> GetDeviceLimits(int device) {
   l.device = device;
   int major = 0, minor = 0;
   if ((e = cudaDeviceGetAttribute(&l.max_dynamic_smem_per_block_bytes,
-                                  cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) != cudaSuccess ||
+                                  cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
+          cudaSuccess ||
       (e = cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, device)) !=
           cudaSuccess ||
       (e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) !=

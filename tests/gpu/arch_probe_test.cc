@@ -3,6 +3,8 @@
 //   report 890 on any device (on Hopper the driver JIT-compiles the compute_89 PTX).
 //   Otherwise: the probe must equal the device's compute capability (major*100 + minor*10).
 // Also checks GetDeviceLimits (L4 limits under ATTN_EMULATE_L4).
+#include "attn/kernels/arch_probe.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +12,6 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "attn/kernels/arch_probe.h"
 #include "attn/kernels/device_limits.h"
 
 namespace attn::kernels {
@@ -33,9 +34,9 @@ TEST(ArchProbe, ReportsTargetedArchitecture) {
   std::printf("probe: __CUDA_ARCH__=%d arch_specific=%d device_cc=%d\n", r->cuda_arch,
               r->arch_specific ? 1 : 0, r->device_cc);
   if (const char* path = std::getenv("ATTN_PROBE_OUT")) {
-    std::ofstream(path) << "{\"probe_arch\": " << r->cuda_arch << ", \"arch_specific\": "
-                        << (r->arch_specific ? "true" : "false") << ", \"device_cc\": "
-                        << r->device_cc << "}\n";
+    std::ofstream(path) << "{\"probe_arch\": " << r->cuda_arch
+                        << ", \"arch_specific\": " << (r->arch_specific ? "true" : "false")
+                        << ", \"device_cc\": " << r->device_cc << "}\n";
   }
 #if defined(ATTN_EXPECT_ARCH)
   EXPECT_EQ(r->cuda_arch, ATTN_EXPECT_ARCH)

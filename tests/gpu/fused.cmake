@@ -5,6 +5,8 @@ if(ATTN_CUDA)
   add_executable(fused_parity_test ${CMAKE_CURRENT_LIST_DIR}/fused_parity_test.cc)
   target_link_libraries(fused_parity_test PRIVATE attn_parity attn_kernels GTest::gtest_main
                         CUDA::cudart_static)
+  # BlockKeyTiles (kernels/fused/fused_params.h) is tested on the host too.
+  target_include_directories(fused_parity_test PRIVATE ${PROJECT_SOURCE_DIR}/kernels/fused)
   add_test(NAME fused_parity_test COMMAND fused_parity_test)
   set_tests_properties(fused_parity_test PROPERTIES
     LABELS gpu

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attn/kernels/fused_attention.h"
+#include "fused_params.h"  // kernels/fused: BlockKeyTiles, shared with the kernel
 #include "parity_harness.h"
 
 namespace attn::parity {
@@ -301,6 +302,51 @@ TEST_F(FusedGpu, RunErrors) {
 }
 
 // Host-only checks: no device needed.
+
+// The kernel's tile range and interior-tile decisions against BandKeyRange, exhaustively over
+// small shapes: every visible (row, key) pair lies in a visited tile, and interior tiles lie
+// inside every visible row's band.
+TEST(FusedTiles, CoverBandAndInteriorIsExact) {
+  using kernels::BandKeyRange;
+  using kernels::KeyRange;
+  using kernels::MaskSpec;
+  const MaskSpec masks[] = {
+      {CausalAlignment::kNone, -1, -1},       {CausalAlignment::kTopLeft, -1, -1},
+      {CausalAlignment::kBottomRight, -1, -1}, {CausalAlignment::kBottomRight, 37, -1},
+      {CausalAlignment::kNone, 20, 11},        {CausalAlignment::kTopLeft, 0, -1},
+      {CausalAlignment::kNone, -1, 5},         {CausalAlignment::kNone, 70, 0},
+  };
+  int64_t checked = 0;
+  for (const MaskSpec& m : masks) {
+    for (int q_len : {0, 1, 17, 64, 130, 300}) {
+      for (int kv_len : {0, 1, 31, 64, 129, 257}) {
+        for (int bm : {64, 128}) {
+          for (int bn : {32, 64, 128}) {
+            for (int m0 = 0; m0 < q_len + bm; m0 += bm) {
+              const kernels::fused::BlockTiles t =
+                  kernels::fused::BlockKeyTiles(m, m0, bm, bn, q_len, kv_len);
+              for (int i = m0; i < std::min(m0 + bm, q_len); ++i) {
+                const KeyRange r = BandKeyRange(m, i, q_len, kv_len);
+                if (!r.empty()) {
+                  ASSERT_GE(r.lo, int64_t{t.n_begin} * bn) << i;
+                  ASSERT_LT(r.hi, int64_t{t.n_end} * bn) << i;
+                }
+                for (int n = t.n_begin; n < t.n_end; ++n) {
+                  if (!t.Interior(n, bn)) continue;
+                  ASSERT_LE(r.lo, n * bn) << "row " << i << " tile " << n;
+                  ASSERT_GE(r.hi, n * bn + bn - 1) << "row " << i << " tile " << n;
+                  ++checked;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(FusedSupports, Refusals) {
   AttentionShape s = Shape(DType::kFloat16, 2, 16, 16, 4, 2, 64, CausalAlignment::kNone, false);
   s.scale = 0.125f;

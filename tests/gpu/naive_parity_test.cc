@@ -33,9 +33,9 @@ bool HaveDevice() {
   return ok;
 }
 
-#define CUDA_OK(expr)                                                                   \
-  do {                                                                                  \
-    const cudaError_t _e = (expr);                                                      \
+#define CUDA_OK(expr)                                                                         \
+  do {                                                                                        \
+    const cudaError_t _e = (expr);                                                            \
     if (_e != cudaSuccess) return Internal(std::string(#expr) + ": " + cudaGetErrorName(_e)); \
   } while (0)
 
@@ -114,8 +114,8 @@ Status RunNaive(const HostCase& c, HostOutputs* out, size_t limit, NaivePlan* pl
     t.q_lengths = static_cast<const int32_t*>(ql.get());
     t.kv_lengths = static_cast<const int32_t*>(kl.get());
   }
-  ATTN_RETURN_IF_ERROR(kernels::NaiveRun(*plan, t, ws.get(), plan->workspace_bytes,
-                                         g_env->handle, g_env->stream));
+  ATTN_RETURN_IF_ERROR(
+      kernels::NaiveRun(*plan, t, ws.get(), plan->workspace_bytes, g_env->handle, g_env->stream));
   CUDA_OK(cudaStreamSynchronize(g_env->stream));
   CUDA_OK(cudaMemcpy(out->o.data(), o.get(), out->o.size(), cudaMemcpyDeviceToHost));
   if (!out->lse.empty()) {
@@ -156,14 +156,14 @@ void ExpectParity(const std::string& label, const std::vector<CaseResult>& resul
       ADD_FAILURE() << label << ": " << r.name << ": " << r.failure;
     }
   }
-  std::printf("[%s] %d passed, %d failed, %d skipped (varlen); worst rel_l2 %.3g\n",
-              label.c_str(), passed, failed, skipped, worst);
+  std::printf("[%s] %d passed, %d failed, %d skipped (varlen); worst rel_l2 %.3g\n", label.c_str(),
+              passed, failed, skipped, worst);
   EXPECT_EQ(failed, 0);
   EXPECT_GT(passed, 0);
 }
 
-AttentionShape Shape(DType dtype, int64_t B, int64_t T, int64_t S, int64_t N, int64_t K,
-                     int64_t H, CausalAlignment causal, bool lengths) {
+AttentionShape Shape(DType dtype, int64_t B, int64_t T, int64_t S, int64_t N, int64_t K, int64_t H,
+                     CausalAlignment causal, bool lengths) {
   AttentionShape s;
   s.dtype = dtype;
   s.batch = B;
@@ -210,13 +210,13 @@ TEST_F(NaiveGpu, LargeCausal) {
   std::vector<HostCase> cases;
   uint64_t seed = 99;
   for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
-    cases.push_back(MakeCase(Shape(d, 2, 1024, 1024, 8, 2, 64, CausalAlignment::kBottomRight,
-                                   false),
-                             InputKind::kNormal, seed++, false));
+    cases.push_back(
+        MakeCase(Shape(d, 2, 1024, 1024, 8, 2, 64, CausalAlignment::kBottomRight, false),
+                 InputKind::kNormal, seed++, false));
   }
-  cases.push_back(MakeCase(Shape(DType::kBFloat16, 2, 1000, 1536, 8, 2, 128,
-                                 CausalAlignment::kTopLeft, true),
-                           InputKind::kNormal, seed++, false));
+  cases.push_back(
+      MakeCase(Shape(DType::kBFloat16, 2, 1000, 1536, 8, 2, 128, CausalAlignment::kTopLeft, true),
+               InputKind::kNormal, seed++, false));
   ExpectParity("large", RunGrid(NaiveRunner(), cases));
 }
 
@@ -252,8 +252,8 @@ TEST_F(NaiveGpu, ManyChunksAndEveryGemmVariant) {
 }
 
 TEST_F(NaiveGpu, RunErrors) {
-  const AttentionShape s = Shape(DType::kFloat16, 2, 16, 16, 4, 2, 64, CausalAlignment::kNone,
-                                 false);
+  const AttentionShape s =
+      Shape(DType::kFloat16, 2, 16, 16, 4, 2, 64, CausalAlignment::kNone, false);
   StatusOr<NaivePlan> plan = kernels::NaivePlanFor(s, kDefaultWorkspaceLimit);
   ASSERT_TRUE(plan.ok());
   DeviceBuffer buf;
@@ -272,15 +272,14 @@ TEST_F(NaiveGpu, RunErrors) {
   EXPECT_NE(st.message().find("stream"), std::string::npos);
   cudaStreamDestroy(other);
   t.lse = nullptr;
-  st = kernels::NaiveRun(*plan, t, buf.get(), plan->workspace_bytes, g_env->handle,
-                         g_env->stream);
+  st = kernels::NaiveRun(*plan, t, buf.get(), plan->workspace_bytes, g_env->handle, g_env->stream);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
 }
 
 // Host-only planning checks: no device needed.
 TEST(NaivePlan, ResourceExhaustedNamesBytes) {
-  const AttentionShape s = Shape(DType::kBFloat16, 2, 4096, 4096, 32, 8, 128,
-                                 CausalAlignment::kBottomRight, false);
+  const AttentionShape s =
+      Shape(DType::kBFloat16, 2, 4096, 4096, 32, 8, 128, CausalAlignment::kBottomRight, false);
   StatusOr<NaivePlan> ok = kernels::NaivePlanFor(s, size_t{1} << 34);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   const size_t one = ok->unit_scores_bytes + ok->unit_probs_bytes;  // 4*4096*4096*(4+2)

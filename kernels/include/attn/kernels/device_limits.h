@@ -24,8 +24,9 @@ inline constexpr bool kEmulateL4 = false;
 
 struct DeviceLimits {
   int device = 0;
-  /// Opt-in maximum dynamic shared memory per block, bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin);
-  /// kernels above 48 KB still call cudaFuncSetAttribute(MaxDynamicSharedMemorySize).
+  /// Opt-in maximum dynamic shared memory per block, bytes
+  /// (cudaDevAttrMaxSharedMemoryPerBlockOptin); kernels above 48 KB still call
+  /// cudaFuncSetAttribute(MaxDynamicSharedMemorySize).
   int max_dynamic_smem_per_block_bytes = 0;
   int sm_count = 0;            ///< multiprocessors to size grids for
   int compute_capability = 0;  ///< the device's own, major*100 + minor*10 (not emulated)
