@@ -5,6 +5,7 @@
 #include "backends/cpu_backend.h"
 #include "backends/unavailable_backend.h"
 #if defined(ATTN_HAVE_CUDA)
+#include "backends/fused_backend.h"
 #include "backends/gpu_context.h"
 #include "backends/naive_backend.h"
 #endif
@@ -42,10 +43,17 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
     }
   }
   if (!gpu) spdlog::info("GPU backends unavailable: {}", why);
+  // Auto's order follows the H200 benchmark (bench/NOTES.md): fused is several times faster
+  // than naive wherever it supports the request; naive covers fp32; cpu covers the rest.
+  built.registry->Add(std::make_unique<FusedBackend>(gpu, why), /*auto_rank=*/10);
   built.registry->Add(std::make_unique<NaiveBackend>(
                           gpu, why, static_cast<uint64_t>(config.naive_workspace_bytes)),
                       /*auto_rank=*/50);
 #else
+  built.registry->Add(std::make_unique<UnavailableBackend>(
+                          "fused", "this server was built without CUDA",
+                          "FlashAttention-2 tensor-core kernel (needs a CUDA build)"),
+                      /*auto_rank=*/-1);
   built.registry->Add(std::make_unique<UnavailableBackend>(
                           "naive", "this server was built without CUDA",
                           "cuBLAS GEMM + softmax + GEMM (needs a CUDA build)"),

@@ -1,6 +1,6 @@
 // Builds the server's backend registry from its configuration: `cpu` always; the CUDA
 // backends when the build has CUDA and a device opens (else they are listed as unavailable
-// with the reason). Auto's preference order: naive, then cpu (later: measured per device).
+// with the reason). Auto's preference order: fused, naive, cpu.
 #pragma once
 
 #include <memory>

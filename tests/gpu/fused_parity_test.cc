@@ -159,6 +159,7 @@ AttentionShape Shape(DType dtype, int64_t B, int64_t T, int64_t S, int64_t N, in
   s.mask.causal = causal;
   s.has_lengths = lengths;
   s.return_lse = true;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H)));
   return s;
 }
 
