@@ -409,25 +409,27 @@ int main(int argc, char** argv) {
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
 
-    // Implementations: every fused variant (variant 0 = the default plan), then naive.
+    // Implementations: "fused" = the default plan (variant -1: what the backend runs, chosen
+    // per shape by FusedDefaultVariant; its detail names the variant), then every variant as
+    // "fused/v<i>" (with --default-variant-only: none), then naive.
     std::vector<Impl> impls;
-    const int nvar = opt.all_variants ? attn::kernels::FusedVariantCount(bs.H) : 1;
+    const int nvar = opt.all_variants ? attn::kernels::FusedVariantCount(bs.H) : 0;
     std::vector<attn::kernels::FusedPlan> fplans;
-    fplans.reserve(nvar);
-    for (int vi = 0; vi < nvar; ++vi) {
+    fplans.reserve(nvar + 1);
+    for (int vi = -1; vi < nvar; ++vi) {
       attn::kernels::FusedPlanOptions po;
       po.variant = vi;
       StatusOr<attn::kernels::FusedPlan> plan = attn::kernels::FusedPlanFor(s, device, po);
       if (!plan.ok()) {
-        emit("{\"record\":\"skip\",\"shape\":\"" + bs.Name() + "\",\"impl\":\"fused/v" +
-             std::to_string(vi) + "\",\"reason\":\"" + JsonEscape(plan.status().ToString()) +
-             "\"}");
+        emit("{\"record\":\"skip\",\"shape\":\"" + bs.Name() + "\",\"impl\":\"" +
+             (vi < 0 ? std::string("fused") : "fused/v" + std::to_string(vi)) +
+             "\",\"reason\":\"" + JsonEscape(plan.status().ToString()) + "\"}");
         continue;
       }
       fplans.push_back(*plan);
       const attn::kernels::FusedPlan* p = &fplans.back();
       Impl im;
-      im.name = vi == 0 ? "fused" : "fused/v" + std::to_string(vi);
+      im.name = vi < 0 ? "fused" : "fused/v" + std::to_string(vi);
       im.detail = p->Describe();
       im.run = [p, &sets, stream](int set) {
         const Status st = attn::kernels::FusedRun(*p, sets[set], stream);

@@ -48,6 +48,59 @@ const Variant* FindVariant(int64_t head_dim, int index) {
   return nullptr;
 }
 
+/// Index of the variant with this tile among `head_dim`'s variants, or -1.
+int VariantIndexOf(int64_t head_dim, int block_m, int block_n, int warps) {
+  int seen = 0;
+  for (const Variant& v : kVariants) {
+    if (v.head_dim != head_dim) continue;
+    if (v.block_m == block_m && v.block_n == block_n && v.warps == warps) return seen;
+    ++seen;
+  }
+  return -1;
+}
+
+// ---- Default tile variant by shape (FusedPlanOptions::variant == -1) ------------------------
+// Source: bench/results/nvidia-h200-2026-11-29.json (H200, 132 SMs, bf16; every variant timed
+// side by side by scripts/fused_bench.sh; table in bench/NOTES.md). What decides the winner:
+//   - 32-row warps (BM = 128 with 4 warps) beat 16-row warps wherever the grid is large: each
+//     K/V ldmatrix feeds twice as many MMAs, and ldmatrix bandwidth is what limits 16-row warps
+//     (H=64: 128x64/4w 285-311 TFLOP/s vs 128x128/8w 242-279 on suite b, all 6 shapes).
+//   - With few blocks per SM, 64-row blocks win: twice as many blocks to spread over the SMs,
+//     and, under a causal mask, finer-grained work (block costs differ by up to BM/T) that
+//     balances better. Load measure: L = ceil(T / 128) · N · B / SMs, the blocks per SM a
+//     128-row tiling would give. H=64 measurements (suite a: B=4, N=8; suite b: L = 31):
+//       non-causal: L = 0.97 (T=512): 64x128 165.7 vs 128x64 147.0;  L = 1.94 (T=1024):
+//                   128x64 245.9 vs 64x128 227.6                       -> threshold 1.5
+//       causal:     L = 7.8 (T=4096): 64x128 239.1 vs 128x64 233.5;    L = 15.5 (T=8192):
+//                   128x64 275.0 vs 64x128 267.8; L = 31 (suite b): 128x64 by 7-10 %
+//                                                                      -> threshold 12
+//     Both candidates hold 2 blocks per SM (4 warps, <= 255 registers, <= 96 KB), at H=128
+//     too, so the same thresholds are used there.
+//   - H=128: today's measurement has 64x64/4w (16-row) best on every shape (it was the only
+//     4-warp candidate). 128x64/4w (32-row, FA2's tile for H=128) is new in round 2 and
+//     predicted to win wherever 128x64/4w wins at H=64 (bench/NOTES.md, "Round 2
+//     prediction"): PREDICTION, to be confirmed by the next benchmark run; if 128x32/4w (v3)
+//     measures faster, change its row below.
+// Rules are tried in order; the first whose head dim and mask kind match and whose load is
+// below max_load wins. Head dims without a rule use their only variant (index 0).
+struct DefaultRule {
+  int head_dim;
+  bool causal;      ///< applies to causally masked shapes (true) or unmasked/windowed (false)
+  double max_load;  ///< applies while L < max_load
+  int block_m, block_n, warps;
+};
+constexpr double kAlways = 1e300;
+constexpr DefaultRule kDefaultRules[] = {
+    {64, false, 1.5, 64, 128, 4},      // measured
+    {64, false, kAlways, 128, 64, 4},  // measured
+    {64, true, 12.0, 64, 128, 4},      // measured
+    {64, true, kAlways, 128, 64, 4},   // measured
+    {128, false, 1.5, 64, 64, 4},      // measured best today; threshold from H=64
+    {128, false, kAlways, 128, 64, 4}, // predicted (round 2)
+    {128, true, 12.0, 64, 64, 4},      // measured best today; threshold from H=64
+    {128, true, kAlways, 128, 64, 4},  // predicted (round 2)
+};
+
 Status CudaInternal(const char* what, cudaError_t e) {
   return Internal(std::string("fused: ") + what + " failed: " + cudaGetErrorName(e) + " (" +
                   cudaGetErrorString(e) + ")");
@@ -57,9 +110,24 @@ Status CudaInternal(const char* what, cudaError_t e) {
 
 std::string FusedPlan::Describe() const {
   char buf[128];
-  std::snprintf(buf, sizeof(buf), "fused h%lld bm%d bn%d w%d smem%d",
-                static_cast<long long>(shape.head_dim), block_m, block_n, warps, smem_bytes);
+  std::snprintf(buf, sizeof(buf), "fused h%lld v%d bm%d bn%d w%d smem%d",
+                static_cast<long long>(shape.head_dim), variant, block_m, block_n, warps,
+                smem_bytes);
   return buf;
+}
+
+int FusedDefaultVariant(const AttentionShape& shape, int sm_count) {
+  const bool causal = shape.mask.causal != CausalAlignment::kNone;
+  const double blocks128 = static_cast<double>((shape.max_q_len + 127) / 128) *
+                           static_cast<double>(shape.num_heads) *
+                           static_cast<double>(shape.batch);
+  const double load = blocks128 / static_cast<double>(sm_count > 0 ? sm_count : 1);
+  for (const DefaultRule& r : kDefaultRules) {
+    if (r.head_dim != shape.head_dim || r.causal != causal || !(load < r.max_load)) continue;
+    const int index = VariantIndexOf(r.head_dim, r.block_m, r.block_n, r.warps);
+    if (index >= 0) return index;
+  }
+  return 0;
 }
 
 int FusedVariantCount(int64_t head_dim) {
@@ -122,7 +190,8 @@ StatusOr<FusedPlan> FusedPlanFor(const AttentionShape& shape, int device,
                               std::to_string(limits->compute_capability / 100) + "." +
                               std::to_string(limits->compute_capability % 100 / 10) + ")");
   }
-  const int index = options.variant < 0 ? 0 : options.variant;
+  const int index =
+      options.variant < 0 ? FusedDefaultVariant(shape, limits->sm_count) : options.variant;
   const Variant* v = FindVariant(shape.head_dim, index);
   const int smem = fused::FusedSmemBytes(v->head_dim, v->block_m, v->block_n);
   if (smem > limits->max_dynamic_smem_per_block_bytes) {

@@ -3,8 +3,8 @@
 // One block computes BLOCK_M query rows of one (batch entry, query head):
 //   - Q tile -> shared memory (cp.async, zero-filled past T_b) -> registers (16-row warps) or
 //     re-read per tile (32-row warps);
-//   - K/V tiles of BLOCK_N keys stream through a two-stage cp.async ring (K and V in separate
-//     commit groups so S = Q·Kᵀ starts while V is still in flight), zero-filled past S_b;
+//   - K/V tiles of BLOCK_N keys stream through a two-stage cp.async ring (tile j+1's K and V
+//     are issued at the top of tile j, one commit group), zero-filled past S_b;
 //   - S = Q·Kᵀ and O += P·V with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate), operands
 //     fetched with ldmatrix (.trans for V) from XOR-swizzled (or padded) shared memory;
 //   - online softmax in the exp2 domain (scale·log2e folded into one FFMA), running max and sum
@@ -124,20 +124,37 @@ struct TileLayout {
     if constexpr (kXor4) phys = chunk ^ ((row >> 1) & 3);
     return static_cast<uint32_t>((row * kStride + phys) * 16);
   }
-  // ldmatrix lanes read logical chunks 2*c2 + lane_chunk. The swizzle repeats every kPeriod
-  // chunks, so a lane needs kPeriod/2 precomputed offsets; the rest is an immediate.
+  // ldmatrix lanes read logical chunks 2*c2 + lane_chunk of row lane_row + row_add. The
+  // swizzle repeats every kPeriod chunks, so a lane needs at most kPeriod/2 offsets; the rest is
+  // an immediate. XOR-8 needs a single one: with r = row & 7, physical chunk
+  // (2q | lane_chunk) ^ r = ((lane_chunk) ^ r) ^ 2q, i.e. the byte offsets of the four chunk
+  // pairs of a period differ only by XOR (q << 5), and because tiles start on 128-byte
+  // boundaries the XOR can be applied to the full shared address (tile base + offset). One
+  // register per operand instead of four lives across the main loop; the three XORs per tile
+  // are recomputed from the tile's base.
   static constexpr int kPeriod = kXor8 ? 8 : (kXor4 ? 4 : 2);
-  static constexpr int kLaneOffsets = kPeriod / 2;
-  __device__ static __forceinline__ void LaneOffsets(int row, int lane_chunk,
-                                                     uint32_t (&off)[kLaneOffsets]) {
+  static constexpr int kLaneOffsets = kXor8 ? 1 : kPeriod / 2;
+  struct Lane {
+    uint32_t off[kLaneOffsets];
+  };
+  __device__ static __forceinline__ Lane MakeLane(int row, int lane_chunk) {
+    Lane l;
 #pragma unroll
-    for (int q = 0; q < kLaneOffsets; ++q) off[q] = Offset(row, 2 * q + lane_chunk);
+    for (int q = 0; q < kLaneOffsets; ++q) l.off[q] = Offset(row, 2 * q + lane_chunk);
+    return l;
   }
-  /// Byte offset of chunk pair c2 of row (lane row + r16), r16 a multiple of 8.
-  /// (c2 and row_add are compile-time after unrolling.)
-  __device__ static __forceinline__ uint32_t At(const uint32_t (&off)[kLaneOffsets], int c2,
+  /// Shared address of chunk pair c2 of row (lane row + row_add), row_add a multiple of 8, in
+  /// the tile starting at `base` (128-byte aligned). c2 and row_add are compile-time after
+  /// unrolling.
+  __device__ static __forceinline__ uint32_t At(uint32_t base, const Lane& l, int c2,
                                                 int row_add) {
-    return off[c2 % kLaneOffsets] + (c2 / kLaneOffsets) * kPeriod * 16 + row_add * kRowBytes;
+    if constexpr (kXor8) {
+      return ((base + l.off[0]) ^ static_cast<uint32_t>((c2 % 4) << 5)) + (c2 / 4) * 128 +
+             row_add * kRowBytes;
+    } else {
+      return base + l.off[c2 % kLaneOffsets] + (c2 / kLaneOffsets) * kPeriod * 16 +
+             row_add * kRowBytes;
+    }
   }
 };
 
@@ -170,22 +187,58 @@ struct Traits {
 
 /// Copies `kRows` rows (row r at `gbase + r*row_stride`, rows >= `valid_rows` zero-filled) into
 /// the tile at shared address `sbase`. All threads of the block take part.
+///
+/// XOR-8 layout (H % 64 == 0) with kRows a multiple of the rows per pass: 8 threads per
+/// 128-byte line; thread t copies chunks (t % 8) + 8·i (i < H/64) of rows t/8 + R·j, R =
+/// threads/8 (a multiple of 8, so the swizzle, which depends on row & 7 only, is the same for
+/// all of a thread's rows). Every shared destination is then one per-thread offset plus an
+/// immediate, and every global source is one pointer per pass plus an immediate: no per-chunk
+/// 64-bit address is computed, and none is kept alive across the main loop (the opaque step
+/// stops the compiler from hoisting R·j·row_stride out of it, which cost 16+ registers).
+/// Other layouts: one chunk per thread and iteration, consecutive threads on consecutive
+/// chunks.
 template <class Tr, int kRows>
 __device__ __forceinline__ void LoadTile(uint32_t sbase, const uint16_t* gbase,
                                          int64_t row_stride, int valid_rows, int tid) {
   using L = typename Tr::Layout;
-  constexpr int kTotal = kRows * L::kChunks;
-  constexpr int kIters = (kTotal + Tr::kThreads - 1) / Tr::kThreads;
+  constexpr int kLineThreads = 8;
+  constexpr int kPassRows = Tr::kThreads / kLineThreads;
+  if constexpr (L::kXor8 && kPassRows % 8 == 0 && kRows % kPassRows == 0) {
+    constexpr int kPerRow = L::kChunks / kLineThreads;
+    // Opaque copies: the per-thread row offset and the pass step are recomputed per call
+    // (a few integer ops per tile) instead of being hoisted out of the main loop.
+    int row = tid / kLineThreads;
+    asm volatile("" : "+r"(row));
+    int64_t step = kPassRows * row_stride;
+    asm volatile("" : "+l"(step));
+    const int chunk = tid % kLineThreads;
+    const uint32_t sdst = sbase + L::Offset(row, chunk);
+    const uint16_t* src = gbase + row * row_stride + chunk * 8;
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int idx = tid + it * Tr::kThreads;
-    if (kTotal % Tr::kThreads == 0 || idx < kTotal) {
-      const int row = idx / L::kChunks;
-      const int chunk = idx % L::kChunks;
-      const bool pred = row < valid_rows;
+    for (int j = 0; j < kRows / kPassRows; ++j) {
+      const bool pred = row + j * kPassRows < valid_rows;
       // Rows past the valid range point at the tile's first row: never dereferenced.
-      const uint16_t* src = gbase + (pred ? row * row_stride : 0) + chunk * 8;
-      CpAsync16(sbase + L::Offset(row, chunk), src, pred);
+      const uint16_t* s = pred ? src : gbase;
+#pragma unroll
+      for (int i = 0; i < kPerRow; ++i)
+        CpAsync16(sdst + j * kPassRows * L::kRowBytes + i * 128, s + i * 64, pred);
+      src += step;
+      asm volatile("" : "+l"(src));
+    }
+  } else {
+    constexpr int kTotal = kRows * L::kChunks;
+    constexpr int kIters = (kTotal + Tr::kThreads - 1) / Tr::kThreads;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = tid + it * Tr::kThreads;
+      if (kTotal % Tr::kThreads == 0 || idx < kTotal) {
+        const int row = idx / L::kChunks;
+        const int chunk = idx % L::kChunks;
+        const bool pred = row < valid_rows;
+        // Rows past the valid range point at the tile's first row: never dereferenced.
+        const uint16_t* src = gbase + (pred ? row * row_stride : 0) + chunk * 8;
+        CpAsync16(sbase + L::Offset(row, chunk), src, pred);
+      }
     }
   }
 }
@@ -265,31 +318,26 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const uint16_t* q_base = static_cast<const uint16_t*>(p.q) +
                            (q_row0 + m0) * p.q_row_stride +
                            static_cast<int64_t>(head) * Tr::kHeadDim;
-  const uint16_t* k_base = static_cast<const uint16_t*>(p.k) + kv_row0 * p.kv_row_stride +
-                           static_cast<int64_t>(kv_head) * Tr::kHeadDim;
-  const uint16_t* v_base = static_cast<const uint16_t*>(p.v) + kv_row0 * p.kv_row_stride +
-                           static_cast<int64_t>(kv_head) * Tr::kHeadDim;
+  // K and V share layout and strides: one element offset (this batch entry's first key row
+  // and this kv head) serves both, and the tile pointers are rebuilt from the kernel
+  // parameters per tile (two 64-bit pointers fewer alive across the main loop).
+  const int64_t kv_off =
+      kv_row0 * p.kv_row_stride + static_cast<int64_t>(kv_head) * Tr::kHeadDim;
+  auto k_tile = [&](int n0) {
+    return static_cast<const uint16_t*>(p.k) + kv_off + n0 * p.kv_row_stride;
+  };
+  auto v_tile = [&](int n0) {
+    return static_cast<const uint16_t*>(p.v) + kv_off + n0 * p.kv_row_stride;
+  };
 
   if (n_begin < n_end) {
-    // Per-row key ranges (BandKeyRange), for boundary tiles.
-    int key_lo[kMT][2], key_hi[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const KeyRange kr =
-            BandKeyRange(p.mask, m0 + warp_row0 + mt * 16 + g + 8 * r, q_len, kv_len);
-        key_lo[mt][r] = static_cast<int>(kr.lo);
-        key_hi[mt][r] = static_cast<int>(kr.hi);
-      }
-
     // Prologue: Q, then K and V of the first visited tile (the last index: diagonal first).
     LoadTile<Tr, kBM>(s_q, q_base, p.q_row_stride, q_len - m0, tid);
     CpAsyncCommit();
     {
       const int n0 = (n_end - 1) * kBN;
-      LoadTile<Tr, kBN>(s_k0, k_base + n0 * p.kv_row_stride, p.kv_row_stride, kv_len - n0, tid);
-      LoadTile<Tr, kBN>(s_v0, v_base + n0 * p.kv_row_stride, p.kv_row_stride, kv_len - n0, tid);
+      LoadTile<Tr, kBN>(s_k0, k_tile(n0), p.kv_row_stride, kv_len - n0, tid);
+      LoadTile<Tr, kBN>(s_v0, v_tile(n0), p.kv_row_stride, kv_len - n0, tid);
       CpAsyncCommit();
     }
 
@@ -299,10 +347,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     //                                          chunk 2*c2 + ((lane >> 3) & 1).
     //   B (V, trans, k16 x two n8 tiles):      row K + (lane & 7) + (((lane >> 3) & 1) << 3),
     //                                          chunk 2*c2 + (lane >> 4).
-    uint32_t q_off[L::kLaneOffsets], k_off[L::kLaneOffsets], v_off[L::kLaneOffsets];
-    L::LaneOffsets(warp_row0 + (lane & 15), lane >> 4, q_off);
-    L::LaneOffsets((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, k_off);
-    L::LaneOffsets((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4, v_off);
+    const typename L::Lane q_lane = L::MakeLane(warp_row0 + (lane & 15), lane >> 4);
+    const typename L::Lane k_lane = L::MakeLane((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const typename L::Lane v_lane =
+        L::MakeLane((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
     uint32_t q_frag[Tr::kQInRegs ? kKSteps : 1][4];
     if constexpr (Tr::kQInRegs) {
@@ -310,12 +358,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       __syncthreads();
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
-        LdMatrixX4(s_q + L::At(q_off, ks, 0), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2],
+        LdMatrixX4(L::At(s_q, q_lane, ks, 0), q_frag[ks][0], q_frag[ks][1], q_frag[ks][2],
                    q_frag[ks][3]);
     }
 
     // One tile: S = Q·Kᵀ, mask (boundary tiles only), online softmax, O += P·V.
     auto tile = [&](const uint32_t s_k, const uint32_t s_v, const int n0, auto masked) {
+      // Q's tile base, opaque so that the Q fragment addresses derived from it (32-row warps
+      // re-read Q every tile) are recomputed per tile instead of held in registers.
+      uint32_t s_qt = s_q;
+      asm volatile("" : "+r"(s_qt));
       float s[kMT][kNT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -332,13 +384,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[ks][e];
           } else {
-            LdMatrixX4(s_q + L::At(q_off, ks, mt * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+            LdMatrixX4(L::At(s_qt, q_lane, ks, mt * 16), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
           }
         }
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
           uint32_t b0, b1, b2, b3;
-          LdMatrixX4(s_k + L::At(k_off, ks, np * 16), b0, b1, b2, b3);
+          LdMatrixX4(L::At(s_k, k_lane, ks, np * 16), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             Mma16816<Tr::kDType>(s[mt][2 * np], a[mt], b0, b1);
@@ -348,13 +400,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
 
       if constexpr (decltype(masked)::value) {
-        // Keys outside each row's band (and past S_b) get -inf.
+        // Keys outside each row's band (and past S_b) get -inf. The per-row ranges are
+        // recomputed here rather than kept in registers across the loop (boundary tiles are
+        // few; registers are not).
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const int lo = key_lo[mt][r] - n0;
-            const int hi = key_hi[mt][r] - n0;
+            const KeyRange kr =
+                BandKeyRange(p.mask, m0 + warp_row0 + mt * 16 + g + 8 * r, q_len, kv_len);
+            const int lo = static_cast<int>(kr.lo) - n0;
+            const int hi = static_cast<int>(kr.hi) - n0;
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -369,6 +425,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       // quad. m_use is the running max in exp2 units, 0 while the row has seen no key, so
       // masked logits give exp2(-inf) = 0 and the rescale factor is never inf - inf.
       uint32_t pf[kMT][kNT / 2][4];
+      float jsum[kMT][2][kNT / 2];
       float alpha[kMT][2];
       bool rescale = false;
 #pragma unroll
@@ -387,17 +444,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           alpha[mt][r] = Exp2(row_max[mt][r] * p.scale_log2 - m_use);
           rescale |= alpha[mt][r] != 1.f;
           row_max[mt][r] = mx;
-          float sum = 0.f;
+          // Row sums per k16 step j of P·V (keys 16j..16j+15), see `fence` below.
+          float part[kNT];
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pe = Exp2(fmaf(s[mt][nt][2 * r + e], p.scale_log2, -m_use));
-              s[mt][nt][2 * r + e] = pe;
-              sum += pe;
-            }
+            const float p0 = Exp2(fmaf(s[mt][nt][2 * r], p.scale_log2, -m_use));
+            const float p1 = Exp2(fmaf(s[mt][nt][2 * r + 1], p.scale_log2, -m_use));
+            s[mt][nt][2 * r] = p0;
+            s[mt][nt][2 * r + 1] = p1;
+            part[nt] = p0 + p1;
           }
-          row_sum[mt][r] = row_sum[mt][r] * alpha[mt][r] + sum;
+#pragma unroll
+          for (int j = 0; j < kNT / 2; ++j) jsum[mt][r][j] = part[2 * j] + part[2 * j + 1];
         }
       }
       // Rescale O only when some row of the warp raised its max (rare once rows have seen
@@ -422,13 +480,27 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         }
       }
 
-      // O += P·V.
+      // O += P·V. ptxas schedules the row-sum additions after P·V, keeping all float P alive
+      // next to the packed copy (tens of registers at the peak; 32-row warps spilled much
+      // more). For 32-row warps `fence` ties the V fragment addresses of step j to the
+      // partial sums of step j, so every float P of step j is consumed before its MMAs. It is
+      // always +0: min(0, sums) with sums >= 0 (exp2 results; fminf(0, NaN) is 0 as well).
+      // 16-row warps have registers to spare and keep ptxas' free schedule.
 #pragma unroll
       for (int j = 0; j < kNT / 2; ++j) {
+        uint32_t fence = 0;
+        if constexpr (kMT > 1) {
+          float lo = 0.f;
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) lo = fminf(lo, jsum[mt][r][j]);
+          fence = __float_as_uint(lo);
+        }
 #pragma unroll
         for (int dp = 0; dp < kDT / 2; ++dp) {
           uint32_t b0, b1, b2, b3;
-          LdMatrixX4Trans(s_v + L::At(v_off, dp, j * 16), b0, b1, b2, b3);
+          LdMatrixX4Trans(L::At(s_v + fence, v_lane, dp, j * 16), b0, b1, b2, b3);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             Mma16816<Tr::kDType>(acc[mt][2 * dp], pf[mt][j], b0, b1);
@@ -436,6 +508,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           }
         }
       }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float sum = jsum[mt][r][0];
+#pragma unroll
+          for (int j = 1; j < kNT / 2; ++j) sum += jsum[mt][r][j];
+          row_sum[mt][r] = row_sum[mt][r] * alpha[mt][r] + sum;
+        }
     };
 
     // Tiles from the last (diagonal) to the first. One barrier per tile: K/V(it) is waited for
@@ -450,10 +531,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (it + 1 < num_tiles) {
         const int nn0 = n0 - kBN;
         const uint32_t off = (stage ^ 1) * Tr::kKVBytes;
-        LoadTile<Tr, kBN>(s_k0 + off, k_base + nn0 * p.kv_row_stride, p.kv_row_stride,
-                          kv_len - nn0, tid);
-        LoadTile<Tr, kBN>(s_v0 + off, v_base + nn0 * p.kv_row_stride, p.kv_row_stride,
-                          kv_len - nn0, tid);
+        LoadTile<Tr, kBN>(s_k0 + off, k_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
+        LoadTile<Tr, kBN>(s_v0 + off, v_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
       }
       CpAsyncCommit();
       const uint32_t s_k = s_k0 + stage * Tr::kKVBytes;

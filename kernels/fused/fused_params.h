@@ -90,21 +90,36 @@ constexpr int FusedSmemBytes(int head_dim, int block_m, int block_n) {
 }
 
 // ---- The explicit instantiation list -------------------------------------------------------
-// X(head_dim, block_m, block_n, warps). Per head dim, the first entry is the default; the
-// others are alternatives the benchmark can force (FusedPlanOptions::variant). Each entry is
-// compiled for both fp16 and bf16 in kernels/fused/fused_hd<H>.cu. Warps own 16 (BM = 16·W)
-// or 32 (BM = 32·W) query rows each; with 16 rows Q stays in registers, with 32 rows Q fragments
-// are re-read from shared memory.
+// X(head_dim, block_m, block_n, warps). The index of an entry among its head dim's entries is
+// its variant number (FusedPlanOptions::variant, "fused/v<i>" in the benchmark); append new
+// entries at the end so that recorded numbers keep their meaning. Which variant runs by default
+// is decided per shape by the table in fused_attention.cc (kDefaultRules), not by the order.
+// Each entry is compiled for both fp16 and bf16 in kernels/fused/fused_hd<H>.cu. Warps own 16
+// (BM = 16·W) or 32 (BM = 32·W) query rows each; with 16 rows Q stays in registers, with 32 rows
+// Q fragments are re-read from shared memory (but every K/V fragment feeds twice as many MMAs,
+// which is what makes them faster on Hopper: ldmatrix bandwidth, not the tensor cores, limits
+// 16-row warps at H >= 64). Every entry must fit the L4's 99 KB (FusedSmemBytes <= 101376).
+//   H=64:  v0 128x128/8w (16-row)  v1 128x64/4w (32-row)  v2 64x128/4w (16-row)
+//   H=128: v0 128x64/8w (16-row)   v1 64x64/4w (16-row)   v2 128x64/4w (32-row, FA2's tile)
+//          v3 128x32/4w (32-row, fewer registers than v2: no spill)
 #define ATTN_FUSED_VARIANTS_HD32(X) X(32, 128, 128, 8)
 #define ATTN_FUSED_VARIANTS_HD64(X) X(64, 128, 128, 8) X(64, 128, 64, 4) X(64, 64, 128, 4)
 #define ATTN_FUSED_VARIANTS_HD80(X) X(80, 128, 64, 8)
 #define ATTN_FUSED_VARIANTS_HD96(X) X(96, 128, 64, 8)
-#define ATTN_FUSED_VARIANTS_HD128(X) X(128, 128, 64, 8) X(128, 64, 64, 4)
+#define ATTN_FUSED_VARIANTS_HD128(X) \
+  X(128, 128, 64, 8) X(128, 64, 64, 4) X(128, 128, 64, 4) X(128, 128, 32, 4)
 #define ATTN_FUSED_VARIANTS_HD256(X) X(256, 64, 32, 4)
 
 #define ATTN_FUSED_ALL_VARIANTS(X)                                                            \
   ATTN_FUSED_VARIANTS_HD32(X) ATTN_FUSED_VARIANTS_HD64(X) ATTN_FUSED_VARIANTS_HD80(X)          \
   ATTN_FUSED_VARIANTS_HD96(X) ATTN_FUSED_VARIANTS_HD128(X) ATTN_FUSED_VARIANTS_HD256(X)
+
+// Every variant fits an L4 (sm_89: 99 KB of shared memory per block, also what
+// ATTN_EMULATE_L4 enforces at plan time).
+#define ATTN_FUSED_CHECK_SMEM(H, BM, BN, W)                                                    \
+  static_assert(FusedSmemBytes(H, BM, BN) <= 101376, "fused variant exceeds the L4's 99 KB");
+ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_CHECK_SMEM)
+#undef ATTN_FUSED_CHECK_SMEM
 
 // Declarations of the explicit instantiations (defined in fused_hd<H>.cu), so no other
 // translation unit instantiates the kernels implicitly.

@@ -192,10 +192,12 @@ TEST_F(FusedGpu, OtherHeadDims) {
   ExpectParity("head_dims", RunGrid(FusedRunner(), StandardGrid(opt)));
 }
 
-// Every non-default tile variant (the benchmark may force them) on a reduced grid.
+// Every tile variant (the default is chosen per shape, and the benchmark forces each) on a
+// reduced grid. Head dims with a single variant run it as their default in OtherHeadDims.
 TEST_F(FusedGpu, EveryVariant) {
   for (int64_t hd : {32, 64, 80, 96, 128, 256}) {
-    for (int variant = 1; variant < kernels::FusedVariantCount(hd); ++variant) {
+    const int count = kernels::FusedVariantCount(hd);
+    for (int variant = 0; count > 1 && variant < count; ++variant) {
       GridOptions opt;
       opt.dtypes = {DType::kBFloat16, DType::kFloat16};
       opt.head_dims = {hd};
@@ -206,11 +208,12 @@ TEST_F(FusedGpu, EveryVariant) {
   }
 }
 
-TEST_F(FusedGpu, ExplicitCases) {
+/// T != S both ways, T = 1, ragged lengths, empty key sets, sliding windows, at head dim H.
+std::vector<HostCase> ExplicitCases(std::vector<int64_t> head_dims) {
   std::vector<HostCase> cases;
   uint64_t seed = 4242;
   for (DType d : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t H : {64, 128}) {
+    for (int64_t H : head_dims) {
       // T != S both ways, both alignments (bottom-right offset S - T).
       for (CausalAlignment a : {CausalAlignment::kTopLeft, CausalAlignment::kBottomRight}) {
         cases.push_back(MakeCase(Shape(d, 2, 300, 1000, 4, 2, H, a, false), InputKind::kNormal,
@@ -240,8 +243,25 @@ TEST_F(FusedGpu, ExplicitCases) {
       cases.push_back(MakeCase(w, InputKind::kNormal, seed++, false));
     }
   }
-  ExpectParity("explicit", RunGrid(FusedRunner(), cases));
+  return cases;
 }
+
+TEST_F(FusedGpu, ExplicitCases) {
+  ExpectParity("explicit", RunGrid(FusedRunner(), ExplicitCases({64, 128})));
+}
+
+// The explicit cases once per tile variant of head dims 64 and 128 (the default above picks
+// 64-row variants for these small grids; the 128-row ones run here).
+TEST_F(FusedGpu, ExplicitCasesEveryVariant) {
+  for (int64_t hd : {64, 128}) {
+    const std::vector<HostCase> cases = ExplicitCases({hd});
+    for (int variant = 0; variant < kernels::FusedVariantCount(hd); ++variant) {
+      ExpectParity("explicit/h" + std::to_string(hd) + "/" + std::to_string(variant),
+                   RunGrid(FusedRunner(variant), cases));
+    }
+  }
+}
+
 
 TEST_F(FusedGpu, LongCausal) {
   std::vector<HostCase> cases;
@@ -346,6 +366,33 @@ TEST(FusedTiles, CoverBandAndInteriorIsExact) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+// The default-variant table (fused_attention.cc): a valid index for every head dim and load,
+// and the measured choices at H=64 (bench/results/nvidia-h200-2026-11-29.json, 132 SMs).
+TEST(FusedDefaultVariant, TableChoices) {
+  auto tile = [](const AttentionShape& s, int sms) {
+    const int v = kernels::FusedDefaultVariant(s, sms);
+    EXPECT_GE(v, 0);
+    EXPECT_LT(v, kernels::FusedVariantCount(s.head_dim));
+    return v;
+  };
+  for (int64_t hd : {32, 64, 80, 96, 128, 256})
+    for (int64_t b : {1, 4, 16, 4096})
+      for (int64_t t : {1, 128, 1000, 16384})
+        for (CausalAlignment a : {CausalAlignment::kNone, CausalAlignment::kBottomRight})
+          for (int sms : {0, 58, 132})
+            (void)tile(Shape(DType::kBFloat16, b, t, t, 8, 8, hd, a, false), sms);
+  // H=64 variants: v1 = 128x64/4w, v2 = 64x128/4w (fused_params.h).
+  const auto none = CausalAlignment::kNone, causal = CausalAlignment::kBottomRight;
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 4, 512, 512, 8, 8, 64, none, false), 132), 2);
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 4, 1024, 1024, 8, 8, 64, none, false), 132), 1);
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 4, 4096, 4096, 8, 8, 64, causal, false), 132), 2);
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 4, 8192, 8192, 8, 8, 64, causal, false), 132), 1);
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 16, 1024, 1024, 32, 32, 64, causal, false), 132), 1);
+  // H=128 variants: v1 = 64x64/4w, v2 = 128x64/4w.
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 4, 4096, 4096, 16, 16, 128, none, false), 132), 2);
+  EXPECT_EQ(tile(Shape(DType::kBFloat16, 1, 300, 300, 4, 4, 128, none, false), 132), 1);
 }
 
 TEST(FusedSupports, Refusals) {

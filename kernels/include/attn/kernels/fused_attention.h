@@ -43,8 +43,8 @@ namespace attn::kernels {
 
 /// Optional knobs for FusedPlanFor (defaults are the tuned choice).
 struct FusedPlanOptions {
-  /// -1: the default tile variant for the head dim; otherwise an index into the variants of
-  /// this head dim (FusedVariantCount), for benchmarks and tests.
+  /// -1: the default tile variant for the shape (FusedDefaultVariant); otherwise an index into
+  /// the variants of this head dim (FusedVariantCount), for benchmarks and tests.
   int variant = -1;
 };
 
@@ -61,7 +61,7 @@ struct FusedPlan {
   int64_t grid_y = 0;     ///< N query heads
   int64_t grid_z = 0;     ///< B batch entries
   const void* launch = nullptr;  ///< internal: the instantiated launcher (opaque)
-  /// "fused h128 bm128 bn64 w8 smem98304" for reports.
+  /// "fused h128 v2 bm128 bn64 w4 smem98304" for reports.
   std::string Describe() const;
 };
 
@@ -74,6 +74,13 @@ Status FusedSupports(const AttentionShape& shape);
 
 /// Number of tile variants compiled for `head_dim` (0 when unsupported).
 int FusedVariantCount(int64_t head_dim);
+
+/// The tile variant FusedPlanFor runs when options.variant is -1, for a device with
+/// `sm_count` multiprocessors: a small table in fused_attention.cc keyed on the head dim,
+/// whether the mask is causal, and how many 128-row query blocks each multiprocessor would get
+/// (measured on an H200; the numbers are cited there and in bench/NOTES.md). Pure; always a
+/// valid index when FusedVariantCount(shape.head_dim) > 0.
+int FusedDefaultVariant(const AttentionShape& shape, int sm_count);
 
 /// Chooses the tile variant, grid and shared memory for `shape` on CUDA device `device`, and
 /// raises the kernel's dynamic shared memory limit there. Errors: those of FusedSupports;
