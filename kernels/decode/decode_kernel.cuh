@@ -1,0 +1,689 @@
+// The split-KV decode kernel (flash-decoding over a paged or contiguous KV cache) and the
+// partition merge kernel. Semantics and API: attn/kernels/paged_decode.h.
+//
+// One block (4 warps) = one (sequence b, kv head h, KV partition p, chunk of 16 query rows).
+// Row r of the chunk is the pair (query token t, group head gq) with mc*16 + r = t*G + gq, so
+// the G query heads that share kv head h (and the T_b query tokens) form the M = 16 rows of
+// the m16n8k16 MMAs and every K/V byte is read from memory once per block.
+//
+//   - K/V tiles of 64 tokens stream through a cp.async ring of kStages stages (16-byte copies,
+//     rows >= S_b zero-filled and never addressed). Token j's address comes from the block
+//     table (page lookups are loaded one tile ahead, so their latency is hidden) or from the
+//     contiguous layout; one 64-bit element offset serves K and V (identical layouts).
+//   - Warp w owns keys 16w..16w+15 of every tile: S = Q·Kᵀ (16 x 16), online softmax in the
+//     exp2 domain with its own running max/sum, O += P·V (16 x H), fp32 accumulators.
+//   - 16-bit pages: K and V fragments come from ldmatrix (.trans for V) on XOR-swizzled tiles.
+//     FP8 pages: plain 16-byte shared loads, dequantised in registers to fp16 with a few bit
+//     operations (an e4m3 byte b becomes the fp16 with bits sign(b) << 15 | (b & 0x7f) << 7,
+//     which is exactly b's value × 2^-8, subnormals included). The Q·Kᵀ reduction dimension
+//     and the P·V output dimension are permuted per thread so that each thread's K/V bytes
+//     are contiguous (the permutation is applied to Q and undone when O is stored). The K
+//     scale (× 2^8) is folded into the logit scale, the V scale (× 2^8) into the output.
+//   - Epilogue: the 4 warps' (max, sum, O) are combined through shared memory; the block
+//     writes O (dtype) and lse directly when there is one partition, otherwise the normalised
+//     partial O (fp32) and its lse into the workspace for the merge kernel.
+// Masking: key j is visible to row (t, gq) iff j <= t + S_b - T_b (bottom-right causal; also
+// bounds j < S_b). Only tiles reaching past the first row's diagonal are masked per element.
+// Rows that see no key: zeros and lse = -inf (never NaN: the running max is replaced by 0
+// while a row has seen nothing, and fully masked rows keep sum 0).
+// Included only by kernels/decode/decode_hd<H>.cu, which instantiate it explicitly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "decode_params.h"
+
+namespace attn::kernels::decode {
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy global -> shared; writes zeros when !pred (src-size 0 reads nothing).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/// c += a·b for one m16n8k16 tile (row.col), fp32 accumulation; bf16 or fp16 operands.
+template <bool kBf16>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// Packs two floats into a 16-bit pair (low half = lo), round to nearest.
+template <bool kBf16>
+__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
+  if constexpr (kBf16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+/// The float value of one 16-bit element.
+template <bool kBf16>
+__device__ __forceinline__ float HalfToFloat(uint16_t bits) {
+  if constexpr (kBf16) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
+/// Four e4m3 bytes w = [b3 b2 b1 b0] -> two fp16 pairs, each value exactly b × 2^-8:
+/// even = (b0, b2), odd = (b1, b3) (low half first). An e4m3 byte s.eeee.mmm placed at bits
+/// 15, 13..7 of a half is the fp16 s.0eeee.mmm0000000 (normal and subnormal alike).
+__device__ __forceinline__ void Fp8x4ToHalf(uint32_t w, uint32_t& even, uint32_t& odd) {
+  odd = (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);
+  const uint32_t w8 = w << 8;
+  even = (w8 & 0x80008000u) | ((w8 >> 1) & 0x3f803f80u);
+}
+
+__device__ __forceinline__ uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
+  return __byte_perm(a, b, sel);
+}
+
+// ---- Kernel traits -----------------------------------------------------------------------------
+template <int kDType_, int kKvDType_, int kHeadDim_>
+struct Traits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kFp8 = kKvDType_ == static_cast<int>(DType::kFloat8E4M3);
+  static constexpr bool kInBf16 = kDType_ == static_cast<int>(DType::kBFloat16);
+  /// The MMAs run in bf16 only for bf16 pages; FP8 pages are dequantised to fp16.
+  static constexpr bool kMmaBf16 = kInBf16 && !kFp8;
+  static constexpr int kKvBytes = kFp8 ? 1 : 2;
+  static constexpr int kRowBytes = kHeadDim * kKvBytes;  // one token of one head
+  static constexpr int kRowChunks = kRowBytes / 16;
+  static constexpr int kTileBytes = DecodeTileBytes(kHeadDim, kKvBytes);
+  static constexpr int kStages = DecodeStages(kKvBytes);
+  static constexpr int kSmemBytes = DecodeSmemBytes(kHeadDim, kKvBytes);
+  static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q·Kᵀ
+  static constexpr int kDT = kHeadDim / 8;       // n8 tiles of O
+  static constexpr int kRowsPerPass = kThreads / kRowChunks;
+  static constexpr int kPasses = kTileTokens / kRowsPerPass;  // tile rows per thread
+  static constexpr int kQRowBytes = kHeadDim * 2;
+  static constexpr int kQChunks = kQRowBytes / 16;
+  static constexpr int kRedStride = DecodeReduceStride(kHeadDim);
+  // Blocks per SM the registers must allow (shared memory allows about this many).
+  static constexpr int kMinBlocks = kSmemBytes >= 96 * 1024 ? 2 : (kSmemBytes >= 64 * 1024 ? 3 : 4);
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+  static_assert(kRowsPerPass * kPasses == kTileTokens, "tile rows split evenly");
+  static_assert(kRowsPerPass % 8 == 0, "a pass covers whole groups of 8 rows");
+
+  /// Byte offset of 16-byte chunk `chunk` of K/V tile row `row`.
+  /// 16-bit: chunk ^ (row & 7) (the 8 rows of an ldmatrix 8x8 matrix hit 8 bank groups).
+  /// FP8: the tile is a sequence of 128-byte lines; chunk slot l of line L moves to l ^ s(L),
+  ///   chosen so that the per-thread 16-byte K reads (rows 2i, 2i+1 of a phase) and V reads
+  ///   (rows 2t + e for t = 0..3) of one phase land in distinct bank groups.
+  __device__ static __forceinline__ uint32_t TileOffset(int row, int chunk) {
+    if constexpr (!kFp8) {
+      return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+    } else {
+      const int linear = row * kRowChunks + chunk;
+      const int line = linear >> 3;
+      int s;
+      if constexpr (kRowChunks == 8) {
+        s = (((line >> 1) & 3) << 1) ^ ((line & 1) << 2);
+      } else {
+        s = (line & 3) << 1;
+      }
+      return static_cast<uint32_t>((line << 7) | (((linear & 7) ^ s) << 4));
+    }
+  }
+  /// Byte offset of chunk `chunk` of Q row `row` (16-bit, XOR-8 as above).
+  __device__ static __forceinline__ uint32_t QOffset(int row, int chunk) {
+    return static_cast<uint32_t>(row * kQRowBytes + ((chunk ^ (row & 7)) << 4));
+  }
+};
+
+/// Per-thread K/V row addressing for one tile: the element offset of each of the thread's
+/// kPasses rows (rows row0 + i * kRowsPerPass), or -1 past S_b.
+template <class Tr>
+struct TileRows {
+  int64_t off[Tr::kPasses];
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
+    DecodeKernel(const __grid_constant__ DecodeParams p) {
+  constexpr bool kFp8 = Tr::kFp8;
+  constexpr bool kMmaBf16 = Tr::kMmaBf16;
+  constexpr bool kInBf16 = Tr::kInBf16;
+  constexpr int H = Tr::kHeadDim;
+  constexpr int kStages = Tr::kStages;
+  constexpr float kNegInf = -__builtin_huge_valf();
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = SmemAddr(smem);
+  auto stage_k = [&](int stage) { return s_base + stage * 2 * Tr::kTileBytes; };
+  auto stage_v = [&](int stage) { return s_base + stage * 2 * Tr::kTileBytes + Tr::kTileBytes; };
+  const uint32_t s_q = stage_k(kStages - 1);  // Q waits in the last stage until the loop
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;   // row within an 8-row group of an mma fragment
+  const int tig = lane & 3;  // thread in group
+
+  const int mc = static_cast<int>(blockIdx.x) % p.row_chunks;
+  const int part = static_cast<int>(blockIdx.x) / p.row_chunks;
+  const int kvh = blockIdx.y;
+  const int b = blockIdx.z;
+  const int G = p.group;
+
+  const int64_t q_row0 = p.q_offsets[b];
+  // Lengths are clamped to the plan's extents (larger ones are caller errors: never a wild write).
+  const int q_len = static_cast<int>(min(p.q_offsets[b + 1] - q_row0, int64_t{p.max_q_len}));
+  const int kv_len = min(max(p.kv_lengths[b], 0), p.max_kv_len);
+  const int row_begin = mc * kRowsPerBlock;  // first (t, gq) pair of this block
+  const int rows_valid = min(q_len * G - row_begin, kRowsPerBlock);
+  if (rows_valid <= 0) return;  // no such query rows
+  const int k0 = part * p.partition_tokens;
+  if (p.partitions > 1 && k0 >= kv_len) return;  // the merge reads only partitions < S_b
+
+  // Keys this block visits: its partition, cut at the last valid row's diagonal.
+  const int diag0 = kv_len - q_len;  // row (t, .) sees keys j <= t + diag0
+  const int t_first = row_begin / G;
+  const int t_last = (row_begin + rows_valid - 1) / G;
+  const int k_end = min(min(kv_len, k0 + p.partition_tokens), t_last + diag0 + 1);
+  const int num_tiles = k_end > k0 ? (k_end - k0 + kTileTokens - 1) / kTileTokens : 0;
+  // Tiles starting past this key need the per-element mask.
+  const int unmasked_end = t_first + diag0;  // keys <= this are visible to every row
+
+  // This thread's two fragment rows (g and g + 8): the last key each may see.
+  const int hi_row0 = (row_begin + g) / G + diag0;
+  const int hi_row1 = (row_begin + g + 8) / G + diag0;
+
+  float k_scale = 1.f, out_scale = 1.f;
+  if constexpr (kFp8) {
+    // Dequantised values are stored × 2^-8 (see Fp8x4ToHalf): undo it with the scales.
+    k_scale = p.k_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * 256.f;
+    out_scale = p.v_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * 256.f;
+  }
+  const float sl2 = p.scale_log2 * k_scale;  // raw logit -> exp2 units
+
+  // ---- K/V tile addressing --------------------------------------------------------------------
+  const int ld_row0 = tid / Tr::kRowChunks;
+  const int ld_chunk = tid % Tr::kRowChunks;
+  const bool paged = p.block_tables != nullptr;
+  const int32_t* bt = p.block_tables + (paged ? static_cast<int64_t>(b) * p.bt_stride : 0);
+  const int page_mask = (1 << p.page_shift) - 1;
+  // Element offsets of this thread's rows of tile `tile` (loads the block-table entries).
+  auto rows_of = [&](int tile, TileRows<Tr>& r) {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int j = k0 + tile * kTileTokens + ld_row0 + i * Tr::kRowsPerPass;
+      if (j < k_end) {
+        if (paged) {
+          const int64_t page = __ldg(bt + (j >> p.page_shift));
+          r.off[i] = (((page * p.num_kv_heads + kvh) << p.page_shift) | (j & page_mask)) * H;
+        } else {
+          r.off[i] = ((static_cast<int64_t>(b) * p.capacity + j) * p.num_kv_heads + kvh) * H;
+        }
+      } else {
+        r.off[i] = -1;
+      }
+    }
+  };
+  // Issues the cp.async copies of a tile into `stage` (rows with offset -1 are zero-filled).
+  auto issue = [&](int stage, const TileRows<Tr>& r) {
+    const unsigned char* kg = static_cast<const unsigned char*>(p.k);
+    const unsigned char* vg = static_cast<const unsigned char*>(p.v);
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const bool ok = r.off[i] >= 0;
+      const int64_t byte = (ok ? r.off[i] * Tr::kKvBytes : 0) + ld_chunk * 16;
+      const uint32_t so = Tr::TileOffset(ld_row0 + i * Tr::kRowsPerPass, ld_chunk);
+      CpAsync16(stage_k(stage) + so, kg + byte, ok);
+      CpAsync16(stage_v(stage) + so, vg + byte, ok);
+    }
+  };
+
+  // ---- Prologue: Q, then the first kStages - 1 tiles ------------------------------------------
+  {
+    const uint16_t* qg = static_cast<const uint16_t*>(p.q);
+    constexpr int kQItems = kRowsPerBlock * Tr::kQChunks;
+#pragma unroll
+    for (int it = 0; it < (kQItems + kThreads - 1) / kThreads; ++it) {
+      const int idx = tid + it * kThreads;
+      if (kQItems % kThreads == 0 || idx < kQItems) {
+        const int r = idx / Tr::kQChunks;
+        const int c = idx % Tr::kQChunks;
+        const bool ok = r < rows_valid;
+        const int pair = row_begin + (ok ? r : 0);
+        const int t = pair / G;
+        const int head = kvh * G + pair % G;
+        const uint16_t* src = qg + ((q_row0 + t) * p.num_heads + head) * H + c * 8;
+        CpAsync16(s_q + Tr::QOffset(r, c), src, ok);
+      }
+    }
+    CpAsyncCommit();
+  }
+  TileRows<Tr> rows;
+  rows_of(0, rows);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) {
+      issue(s, rows);
+      rows_of(s + 1, rows);
+    }
+    CpAsyncCommit();
+  }
+
+  // Q fragments (A operand of Q·Kᵀ), kept in registers for the whole loop.
+  uint32_t qf[Tr::kKSteps][4];
+  CpAsyncWait<kStages - 1>();  // Q has landed
+  __syncthreads();
+  if constexpr (!kFp8) {
+    // ldmatrix x4: lane supplies row lane & 15, chunk 2 ks + (lane >> 4).
+#pragma unroll
+    for (int ks = 0; ks < Tr::kKSteps; ++ks)
+      LdMatrixX4(s_q + Tr::QOffset(lane & 15, 2 * ks + (lane >> 4)), qf[ks]);
+  } else {
+    // Permuted reduction dimension (matches the K reads below): k-step ks = 4c + i covers, for
+    // thread tig, dims d0 = 64c + 16 tig + 4i .. d0 + 3 as mma k = (2tig, 2tig+1, 2tig+8,
+    // 2tig+9) <- d0 + (0, 2, 1, 3). Q is converted to fp16 (clamped to ±65504).
+#pragma unroll
+    for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+      const int d0 = (ks >> 2) * 64 + tig * 16 + (ks & 3) * 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        const uint2 raw = *reinterpret_cast<const uint2*>(
+            smem + (s_q - s_base) + Tr::QOffset(r, d0 >> 3) + (d0 & 7) * 2);
+        float x[4];
+        x[0] = HalfToFloat<kInBf16>(static_cast<uint16_t>(raw.x & 0xffffu));
+        x[1] = HalfToFloat<kInBf16>(static_cast<uint16_t>(raw.x >> 16));
+        x[2] = HalfToFloat<kInBf16>(static_cast<uint16_t>(raw.y & 0xffffu));
+        x[3] = HalfToFloat<kInBf16>(static_cast<uint16_t>(raw.y >> 16));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = fminf(fmaxf(x[e], -65504.f), 65504.f);
+        qf[ks][h] = PackPair<false>(x[0], x[2]);      // a0 / a1: k = 2tig, 2tig+1
+        qf[ks][2 + h] = PackPair<false>(x[1], x[3]);  // a2 / a3: k = 2tig+8, 2tig+9
+      }
+    }
+  }
+
+  // ---- Main loop ---------------------------------------------------------------------------------
+  float acc[Tr::kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < Tr::kDT; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+  float row_max[2] = {kNegInf, kNegInf};  // raw logits (before sl2)
+  float row_sum[2] = {0.f, 0.f};          // this thread's partial sums (quad-reduced at the end)
+  const int wkey = warp * 16;             // this warp's first key within a tile
+
+  for (int it = 0; it < num_tiles; ++it) {
+    const int stage = it % kStages;
+    CpAsyncWait<kStages - 2>();  // tile `it` has landed (for this thread's copies)
+    __syncthreads();             // ... for every thread's; and the stage refilled below is free
+    if (it + kStages - 1 < num_tiles) {
+      issue((it + kStages - 1) % kStages, rows);
+      rows_of(it + kStages, rows);
+    }
+    CpAsyncCommit();
+    const uint32_t sk = stage_k(stage);
+    const uint32_t sv = stage_v(stage);
+    const int n0 = k0 + it * kTileTokens;
+
+    // S = Q·Kᵀ for this warp's 16 keys: n8 tile nt holds keys wkey + 8 nt + (0..7).
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+    if constexpr (!kFp8) {
+      // ldmatrix x4: matrices (keys 0-7, d lo), (keys 0-7, d hi), (keys 8-15, d lo), (8-15, hi).
+      const int krow = wkey + (lane & 7) + ((lane >> 4) << 3);
+      const int khalf = (lane >> 3) & 1;
+#pragma unroll
+      for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+        uint32_t kb[4];
+        LdMatrixX4(sk + Tr::TileOffset(krow, 2 * ks + khalf), kb);
+        Mma16816<kMmaBf16>(s[0], qf[ks], kb[0], kb[1]);
+        Mma16816<kMmaBf16>(s[1], qf[ks], kb[2], kb[3]);
+      }
+    } else {
+      // Thread (g, tig) reads 16 bytes (dims 64c + 16 tig ..) of key rows g and g + 8.
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int c = 0; c < H / 64; ++c) {
+          const uint4 w = *reinterpret_cast<const uint4*>(
+              smem + (sk - s_base) + Tr::TileOffset(wkey + g + 8 * nt, 4 * c + tig));
+          const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            uint32_t even, odd;
+            Fp8x4ToHalf(ww[i], even, odd);
+            Mma16816<false>(s[nt], qf[4 * c + i], even, odd);
+          }
+        }
+      }
+    }
+
+    // Mask (only tiles reaching past the first row's diagonal): key j > hi(row) -> -inf.
+    if (n0 + kTileTokens - 1 > unmasked_end) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = n0 + wkey + 8 * nt + 2 * tig + (e & 1);
+          if (j > ((e >> 1) ? hi_row1 : hi_row0)) s[nt][e] = kNegInf;
+        }
+    }
+
+    // Online softmax for rows g (e = 0, 1) and g + 8 (e = 2, 3).
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx);
+      // 0 while the row has seen no key: exp2(-inf - 0) = 0, never inf - inf.
+      const float m_use = m_new == kNegInf ? 0.f : m_new * sl2;
+      alpha[r] = Exp2(row_max[r] * sl2 - m_use);
+      row_max[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = Exp2(fmaf(s[nt][2 * r + e], sl2, -m_use));
+          s[nt][2 * r + e] = pv;
+          sum += pv;
+        }
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
+    }
+#pragma unroll
+    for (int dt = 0; dt < Tr::kDT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dt][e] *= alpha[e >> 1];
+
+    // P as the A operand of P·V (k = this warp's 16 keys in tile order).
+    uint32_t pf[4];
+    pf[0] = PackPair<kMmaBf16>(s[0][0], s[0][1]);
+    pf[1] = PackPair<kMmaBf16>(s[0][2], s[0][3]);
+    pf[2] = PackPair<kMmaBf16>(s[1][0], s[1][1]);
+    pf[3] = PackPair<kMmaBf16>(s[1][2], s[1][3]);
+
+    if constexpr (!kFp8) {
+      // ldmatrix x4 .trans: matrices (keys 0-7, d 2dp), (keys 8-15, d 2dp), (0-7, 2dp+1), ...
+      const int vrow = wkey + (lane & 7) + (((lane >> 3) & 1) << 3);
+      const int vhalf = lane >> 4;
+#pragma unroll
+      for (int dp = 0; dp < Tr::kDT / 2; ++dp) {
+        uint32_t vb[4];
+        LdMatrixX4Trans(sv + Tr::TileOffset(vrow, 2 * dp + vhalf), vb);
+        Mma16816<kMmaBf16>(acc[2 * dp], pf, vb[0], vb[1]);
+        Mma16816<kMmaBf16>(acc[2 * dp + 1], pf, vb[2], vb[3]);
+      }
+    } else {
+      // Thread (g, tig) reads H/8 bytes (dims g·H/8 ..) of keys 2tig, 2tig+1, 2tig+8, 2tig+9;
+      // byte dt of those is output n8 tile dt, column g (O dim g·H/8 + dt).
+      constexpr int kWords = H / 32;  // 32-bit words per key row slice
+      uint32_t kw[4][kWords];
+      const int keys[4] = {2 * tig, 2 * tig + 1, 2 * tig + 8, 2 * tig + 9};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = wkey + keys[q];
+        if constexpr (kWords == 4) {
+          const uint4 w =
+              *reinterpret_cast<const uint4*>(smem + (sv - s_base) + Tr::TileOffset(row, g));
+          kw[q][0] = w.x;
+          kw[q][1] = w.y;
+          kw[q][2] = w.z;
+          kw[q][3] = w.w;
+        } else {
+          const uint2 w = *reinterpret_cast<const uint2*>(
+              smem + (sv - s_base) + Tr::TileOffset(row, g >> 1) + (g & 1) * 8);
+          kw[q][0] = w.x;
+          kw[q][1] = w.y;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kWords; ++u) {
+        // Byte pairs (key a, key b) of the same dim: x = bytes 0,1; y = bytes 2,3.
+        const uint32_t x_lo = BytePerm(kw[0][u], kw[1][u], 0x5410);
+        const uint32_t y_lo = BytePerm(kw[0][u], kw[1][u], 0x7632);
+        const uint32_t x_hi = BytePerm(kw[2][u], kw[3][u], 0x5410);
+        const uint32_t y_hi = BytePerm(kw[2][u], kw[3][u], 0x7632);
+        uint32_t e0, o0, e1, o1;
+        Fp8x4ToHalf(x_lo, e0, o0);
+        Fp8x4ToHalf(x_hi, e1, o1);
+        Mma16816<false>(acc[4 * u + 0], pf, e0, e1);
+        Mma16816<false>(acc[4 * u + 1], pf, o0, o1);
+        Fp8x4ToHalf(y_lo, e0, o0);
+        Fp8x4ToHalf(y_hi, e1, o1);
+        Mma16816<false>(acc[4 * u + 2], pf, e0, e1);
+        Mma16816<false>(acc[4 * u + 3], pf, o0, o1);
+      }
+    }
+  }
+
+  // ---- Epilogue: combine the 4 warps, then write -----------------------------------------------
+  CpAsyncWait<0>();
+  __syncthreads();  // every warp is done with the stages: reuse them
+  float* red = reinterpret_cast<float*>(smem);  // [warp][16 rows][kRedStride] (unnormalised O)
+  float* stat_m = red + kWarps * kRowsPerBlock * Tr::kRedStride;  // [warp][16] max, exp2 units
+  float* stat_l = stat_m + kWarps * kRowsPerBlock;                 // [warp][16] sum
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = g + 8 * r;
+    if (tig == 0) {
+      stat_m[warp * kRowsPerBlock + row] = row_max[r] == kNegInf ? kNegInf : row_max[r] * sl2;
+      stat_l[warp * kRowsPerBlock + row] = l;
+    }
+    float* dst = red + (warp * kRowsPerBlock + row) * Tr::kRedStride;
+#pragma unroll
+    for (int dt = 0; dt < Tr::kDT; ++dt) {
+      if constexpr (!kFp8) {
+        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * tig) =
+            make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+      } else {
+        dst[(2 * tig) * (H / 8) + dt] = acc[dt][2 * r];
+        dst[(2 * tig + 1) * (H / 8) + dt] = acc[dt][2 * r + 1];
+      }
+    }
+  }
+  __syncthreads();
+
+  // Each item: 8 consecutive dims of one row.
+  constexpr int kItems = kRowsPerBlock * (H / 8);
+  const int64_t total_q = p.q_offsets[p.batch];
+#pragma unroll
+  for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
+    const int idx = tid + it * kThreads;
+    if (kItems % kThreads != 0 && idx >= kItems) break;
+    const int row = idx / (H / 8);
+    const int d = (idx % (H / 8)) * 8;
+    if (row >= rows_valid) continue;
+    float m = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, stat_m[w * kRowsPerBlock + row]);
+    float f[kWarps];
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = stat_m[w * kRowsPerBlock + row];
+      f[w] = mw == kNegInf ? 0.f : Exp2(mw - m);
+      l += f[w] * stat_l[w * kRowsPerBlock + row];
+    }
+    const bool seen = l > 0.f;
+    const float inv = seen ? out_scale / l : 0.f;
+    float o[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (f[w] == 0.f) continue;  // a warp that saw nothing for this row holds zeros anyway
+      const float* src = red + (w * kRowsPerBlock + row) * Tr::kRedStride + d;
+      const float4 a = *reinterpret_cast<const float4*>(src);
+      const float4 c = *reinterpret_cast<const float4*>(src + 4);
+      o[0] += f[w] * a.x;
+      o[1] += f[w] * a.y;
+      o[2] += f[w] * a.z;
+      o[3] += f[w] * a.w;
+      o[4] += f[w] * c.x;
+      o[5] += f[w] * c.y;
+      o[6] += f[w] * c.z;
+      o[7] += f[w] * c.w;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = seen ? o[e] * inv : 0.f;  // select: never 0 * NaN
+    const float lse = seen ? m * 0.69314718055994531f + __logf(l) : kNegInf;
+
+    const int pair = row_begin + row;
+    const int t = pair / G;
+    const int head = kvh * G + pair % G;
+    if (p.partitions == 1) {
+      uint4 packed;
+      packed.x = PackPair<kInBf16>(o[0], o[1]);
+      packed.y = PackPair<kInBf16>(o[2], o[3]);
+      packed.z = PackPair<kInBf16>(o[4], o[5]);
+      packed.w = PackPair<kInBf16>(o[6], o[7]);
+      uint16_t* og = static_cast<uint16_t*>(p.o) + ((q_row0 + t) * p.num_heads + head) * H + d;
+      *reinterpret_cast<uint4*>(og) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[static_cast<int64_t>(head) * total_q + q_row0 + t] = lse;
+    } else {
+      const int64_t wrow = (static_cast<int64_t>(part) * p.batch + b) * p.max_q_len + t;
+      float* wo = p.ws_o + (wrow * p.num_heads + head) * H + d;
+      *reinterpret_cast<float4*>(wo) = make_float4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<float4*>(wo + 4) = make_float4(o[4], o[5], o[6], o[7]);
+      if (d == 0) p.ws_lse[wrow * p.num_heads + head] = lse;
+    }
+  }
+}
+
+/// Combines the partitions of one (sequence, query token) per block: for every (head, 4 dims),
+/// O = Σ_p w_p O_p / Σ_p w_p with w_p = exp(lse_p - max lse), lse = max + log Σ w_p.
+/// Partitions at or past ceil(S_b / partition_tokens) were never written and are not read.
+template <int kDType>
+__global__ void __launch_bounds__(128) MergeKernel(const __grid_constant__ MergeParams p) {
+  constexpr bool kBf16 = kDType == static_cast<int>(DType::kBFloat16);
+  constexpr float kNegInf = -__builtin_huge_valf();
+  const int b = static_cast<int>(blockIdx.x) / p.max_q_len;
+  const int t = static_cast<int>(blockIdx.x) % p.max_q_len;
+  const int64_t q_row0 = p.q_offsets[b];
+  const int q_len = static_cast<int>(min(p.q_offsets[b + 1] - q_row0, int64_t{p.max_q_len}));
+  if (t >= q_len) return;
+  const int64_t total_q = p.q_offsets[p.batch];
+  const int kv_len = min(max(p.kv_lengths[b], 0), p.max_kv_len);
+  const int parts = min(p.partitions, (kv_len + p.partition_tokens - 1) / p.partition_tokens);
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.max_q_len;  // workspace rows per part
+  const int64_t wrow0 = static_cast<int64_t>(b) * p.max_q_len + t;
+  const int quads = p.head_dim / 4;
+  for (int idx = threadIdx.x; idx < p.num_heads * quads; idx += blockDim.x) {
+    const int head = idx / quads;
+    const int d = (idx % quads) * 4;
+    float m = kNegInf;
+    for (int q = 0; q < parts; ++q)
+      m = fmaxf(m, p.ws_lse[((q * rows) + wrow0) * p.num_heads + head]);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    if (m != kNegInf) {
+      for (int q = 0; q < parts; ++q) {
+        const int64_t wr = (q * rows + wrow0) * p.num_heads + head;
+        const float lq = p.ws_lse[wr];
+        if (lq == kNegInf) continue;
+        const float w = __expf(lq - m);
+        const float4 x = *reinterpret_cast<const float4*>(p.ws_o + wr * p.head_dim + d);
+        o.x += w * x.x;
+        o.y += w * x.y;
+        o.z += w * x.z;
+        o.w += w * x.w;
+        wsum += w;
+      }
+    }
+    const bool seen = wsum > 0.f;
+    const float inv = seen ? 1.f / wsum : 0.f;
+    uint2 packed;
+    packed.x = PackPair<kBf16>(seen ? o.x * inv : 0.f, seen ? o.y * inv : 0.f);
+    packed.y = PackPair<kBf16>(seen ? o.z * inv : 0.f, seen ? o.w * inv : 0.f);
+    uint16_t* og = static_cast<uint16_t*>(p.o) + ((q_row0 + t) * p.num_heads + head) * p.head_dim + d;
+    *reinterpret_cast<uint2*>(og) = packed;
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[static_cast<int64_t>(head) * total_q + q_row0 + t] = seen ? m + __logf(wsum) : kNegInf;
+    }
+  }
+}
+
+template <int kDType, int kKvDType, int kHeadDim>
+cudaError_t DecodeLaunch(const DecodeParams& params, dim3 grid, int smem_bytes,
+                         cudaStream_t stream) {
+  using Tr = Traits<kDType, kKvDType, kHeadDim>;
+  DecodeKernel<Tr><<<grid, kThreads, smem_bytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <int kDType, int kKvDType, int kHeadDim>
+cudaError_t DecodePrepare(int smem_bytes, int* blocks_per_sm) {
+  using Tr = Traits<kDType, kKvDType, kHeadDim>;
+  cudaError_t e = cudaFuncSetAttribute(DecodeKernel<Tr>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, DecodeKernel<Tr>, kThreads,
+                                                       smem_bytes);
+}
+
+template <int kDType>
+cudaError_t MergeLaunch(const MergeParams& params, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(params.batch * params.max_q_len));
+  MergeKernel<kDType><<<grid, 128, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+#define ATTN_DECODE_INSTANTIATE(DT, KDT, H)                                                    \
+  template cudaError_t DecodeLaunch<DT, KDT, H>(const DecodeParams&, dim3, int, cudaStream_t); \
+  template cudaError_t DecodePrepare<DT, KDT, H>(int, int*);
+
+}  // namespace attn::kernels::decode
