@@ -85,8 +85,19 @@ run_tests() {  # name dir
   echo "ctest exit $?" >>"$OUT/$name-ctest.log"
   grep -E "Test +#|tests passed|Skipped|Failed|\[(grid|head_dims|large)" "$OUT/$name-ctest.log" | tail -n 40
 }
-run_tests default build-h200
-run_tests l4 build-l4
+# The two builds' tests share the one GPU; running them side by side halves the wall time
+# (correctness only: nothing here is timed). GPU_CHECK_SERIAL=1 runs them one after the other.
+if [ "${GPU_CHECK_SERIAL:-0}" = 1 ]; then
+  run_tests default build-h200
+  run_tests l4 build-l4
+else
+  run_tests default build-h200 >"$OUT/default-tests.txt" 2>&1 &
+  q1=$!
+  run_tests l4 build-l4 >"$OUT/l4-tests.txt" 2>&1 &
+  q2=$!
+  wait $q1 $q2
+  cat "$OUT/default-tests.txt" "$OUT/l4-tests.txt"
+fi
 
 # Summary JSON from the ctest logs (per test: Passed / ***Failed / ***Skipped / ...).
 python3 - "$OUT" "$tree" "$device" "$started" "$(( $(date +%s) - t0 ))" <<'PY'

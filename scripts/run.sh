@@ -8,6 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/bootstrap.sh"
+echo "[run] building (2-3 minutes on 2 cores; log: build.log)"
 "$root/scripts/build.sh" >"$root/build.log" 2>&1 || { tail -50 "$root/build.log"; exit 1; }
 bin="$root/build"
 log=$(mktemp)

@@ -16,6 +16,7 @@ std::string Format(const char* fmt, double value) {
 std::string Row(const std::string& label, const std::string& value) {
   std::string line = "  " + label;
   if (line.size() < 22) line.resize(22, ' ');
+  if (line.back() != ' ') line += ' ';  // long labels (e.g. FAILED_PRECONDITION) keep a gap
   return line + value + "\n";
 }
 

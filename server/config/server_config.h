@@ -22,6 +22,16 @@ struct ServerConfig {
   int64_t pinned_staging_bytes = 256ll << 20;
   int64_t naive_workspace_bytes = 4ll << 30;  ///< cap on one naive call's scores workspace
   double drain_timeout_s = 30.0;     ///< on SIGTERM: wait this long for in-flight calls
+  std::string metrics_address = "127.0.0.1:9464";  ///< Prometheus /metrics; empty disables
+  bool metrics_address_given = false;  ///< --metrics-address was given: failing to bind is fatal
+  double shadow_check_fraction = 0.0;  ///< share of Attend calls re-checked on the cpu reference
+  // Paged KV cache and SequenceService (sequence.proto, DESIGN.md §7).
+  int64_t kv_cache_bytes = 1ll << 30;  ///< host memory pool for KV pages (CPU path), bytes
+  int32_t kv_page_tokens = 16;         ///< tokens per KV page
+  int32_t kv_chunk_pages = 64;         ///< pages carved from the KV pool at a time
+  bool kv_evict_idle = false;          ///< evict LRU idle sequences when the cache is full
+  double sequence_ttl_s = 0.0;         ///< drop sequences idle this long; 0 = never
+  bool kv_debug_poison = false;        ///< debug: fill unused/freed KV pages with NaN
 };
 
 }  // namespace attn

@@ -14,7 +14,7 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--port-file", c->port_file, "write the bound port to this file once serving");
   app.add_option("--default-backend", c->default_backend,
-                 "backend for requests that name none: auto, cpu, naive")
+                 "backend for requests that name none: auto, cpu, naive, fused")
       ->capture_default_str();
   app.add_option("--max-message-bytes", c->max_message_bytes,
                  "largest request accepted, bytes (larger: RESOURCE_EXHAUSTED)")
@@ -54,11 +54,38 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "on SIGTERM/SIGINT, seconds to wait for in-flight calls")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--metrics-address", c->metrics_address,
+                 "Prometheus metrics endpoint host:port, path /metrics (empty: disabled)")
+      ->capture_default_str();
+  app.add_option("--shadow-check-fraction", c->shadow_check_fraction,
+                 "share of Attend calls recomputed on the cpu reference off the hot path")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--kv-cache-bytes", c->kv_cache_bytes,
+                 "host memory pool for paged KV cache pages (SequenceService), bytes")
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 44))
+      ->capture_default_str();
+  app.add_option("--kv-page-tokens", c->kv_page_tokens, "tokens per KV cache page")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--kv-chunk-pages", c->kv_chunk_pages,
+                 "KV pages carved from the pool at a time per layout class")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--kv-evict-idle", c->kv_evict_idle,
+               "when the KV cache is full, evict least recently used idle sequences");
+  app.add_option("--sequence-ttl-s", c->sequence_ttl_s,
+                 "drop sequences idle longer than this, seconds (0: never)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  app.add_flag("--kv-debug-poison", c->kv_debug_poison,
+               "debug: fill unused and freed KV pages with NaN");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  c->metrics_address_given = app.count("--metrics-address") > 0;
   return -1;
 }
 

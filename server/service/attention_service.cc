@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "metrics/metrics.h"
+#include "metrics/shadow_checker.h"
 #include "version.h"
 
 namespace attn {
@@ -13,6 +15,10 @@ using Clock = std::chrono::steady_clock;
 
 int64_t Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
 }
 
 attention::v1::CausalAlignment CausalToProto(CausalAlignment c) {
@@ -40,16 +46,27 @@ struct AttentionServiceImpl::AttendCall {
   Clock::time_point start;
   Clock::time_point enqueued;
   int64_t decode_us = 0;
+  int metrics_backend = 0;  // Metrics backend index; 0 ("none") until a backend is chosen
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
                                            const BackendRegistry* registry, WorkerPool* workers,
-                                           ServerFacts facts, std::function<void()> on_fault)
+                                           ServerFacts facts, std::function<void()> on_fault,
+                                           metrics::Metrics* metrics,
+                                           metrics::ShadowChecker* shadow)
     : config_(config),
       registry_(registry),
       workers_(workers),
       facts_(std::move(facts)),
-      on_fault_(std::move(on_fault)) {}
+      on_fault_(std::move(on_fault)),
+      metrics_(metrics),
+      shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr) {
+  if (metrics_ != nullptr) {
+    for (Backend* b : registry_->All()) {
+      metrics_backends_.emplace_back(b, metrics_->BackendIndex(b->name()));
+    }
+  }
+}
 
 void AttentionServiceImpl::StartDraining() { draining_.store(true); }
 
@@ -72,6 +89,10 @@ void AttentionServiceImpl::Finish(AttendCall* call, const Status& status) {
     } else {
       spdlog::debug("Attend rejected: {}", status.ToString());
     }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRequest(metrics::Method::kAttend, call->metrics_backend, status.code(),
+                             Seconds(call->start, Clock::now()));
   }
   call->reactor->Finish(ToGrpc(status));
   delete call;
@@ -102,6 +123,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
     return reactor;
   }
   call->choice = *choice;
+  for (const auto& [b, index] : metrics_backends_) {
+    if (b == call->choice.backend) call->metrics_backend = index;
+  }
   call->enqueued = Clock::now();
   call->decode_us = Us(call->start, call->enqueued);
   if (!workers_->TrySubmit([this, call] { RunAttend(call); })) {
@@ -154,13 +178,34 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
   report->set_device(call->choice.backend->Capabilities().device);
   auto* t = report->mutable_times();
   t->set_decode_us(call->decode_us);
-  t->set_queue_us(Us(call->enqueued, dequeued));
+  const int64_t queue_us = Us(call->enqueued, dequeued);
+  t->set_queue_us(queue_us);
   t->set_host_to_device_us(times.host_to_device_us);
   t->set_kernel_us(times.kernel_us);
   t->set_device_to_host_us(times.device_to_host_us);
   const Clock::time_point end = Clock::now();
   t->set_encode_us(Us(encode_start, end));
   t->set_total_us(Us(call->start, end));
+  if (metrics_ != nullptr) {
+    const int b = call->metrics_backend;
+    metrics_->ObservePhase(b, metrics::Phase::kDecode, call->decode_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kQueue, queue_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kHostToDevice, times.host_to_device_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kKernel, times.kernel_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kDeviceToHost, times.device_to_host_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kEncode, Seconds(encode_start, end));
+    metrics_->ObserveLaunch(
+        b, 1, v.query_tokens, v.flops,
+        metrics::MinBytesMoved(shape.q_elements(), shape.kv_elements(),
+                               kernels::DTypeSize(shape.dtype),
+                               shape.return_lse ? shape.lse_elements() : 0),
+        times.kernel_us * 1e-6);
+  }
+  // Shadow check: copies inputs and output before the call finishes (the request and response
+  // go away with it); the recomputation runs on the checker's own thread.
+  if (shadow_ != nullptr && shadow_->ShouldSample()) {
+    shadow_->Submit(call->metrics_backend, v, o_data->data());
+  }
   spdlog::debug("Attend ok: backend={} B={} T={} S={} N={} K={} H={} kernel_us={}",
                 call->choice.backend->name(), shape.batch, shape.max_q_len, shape.max_kv_len,
                 shape.num_heads, shape.num_kv_heads, shape.head_dim, times.kernel_us);
@@ -170,6 +215,7 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
     grpc::CallbackServerContext* context, const attention::v1::GetServerInfoRequest*,
     attention::v1::GetServerInfoResponse* r) {
+  const Clock::time_point start = Clock::now();
   r->set_version(kAttnVersion);
   r->set_build(kAttnBuild);
   r->set_device_name(facts_.device_name);
@@ -183,6 +229,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
   r->set_default_backend(config_.default_backend);
   r->set_max_message_bytes(config_.max_message_bytes);
   r->set_worker_threads(workers_->threads());
+  if (facts_.extra_info) facts_.extra_info(r);
   for (Backend* b : registry_->All()) {
     const BackendCapabilities c = b->Capabilities();
     auto* info = r->add_backends();
@@ -201,6 +248,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
     info->set_description(c.description);
   }
   auto* reactor = context->DefaultReactor();
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRequest(metrics::Method::kGetServerInfo, 0, StatusCode::kOk,
+                             Seconds(start, Clock::now()));
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

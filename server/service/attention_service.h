@@ -16,6 +16,8 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attention/v1/attention.grpc.pb.h"
 #include "backends/backend_registry.h"
@@ -25,6 +27,11 @@
 
 namespace attn {
 
+namespace metrics {
+class Metrics;
+class ShadowChecker;
+}  // namespace metrics
+
 /// Facts for GetServerInfo that the service does not own.
 struct ServerFacts {
   std::string device_name = "cpu";
@@ -32,12 +39,16 @@ struct ServerFacts {
   int64_t device_memory_bytes = 0;
   /// Returns {pool capacity, pool used} in bytes; null when there is no pool.
   std::function<std::pair<int64_t, int64_t>()> pool_usage;
+  /// Fills more of GetServerInfoResponse (e.g. kv_cache from SequenceService); may be null.
+  std::function<void(attention::v1::GetServerInfoResponse*)> extra_info;
 };
 
 class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
  public:
   AttentionServiceImpl(const ServerConfig& config, const BackendRegistry* registry,
-                       WorkerPool* workers, ServerFacts facts, std::function<void()> on_fault);
+                       WorkerPool* workers, ServerFacts facts, std::function<void()> on_fault,
+                       metrics::Metrics* metrics = nullptr,
+                       metrics::ShadowChecker* shadow = nullptr);
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const attention::v1::AttendRequest* request,
@@ -63,6 +74,9 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   WorkerPool* workers_;
   const ServerFacts facts_;
   std::function<void()> on_fault_;
+  metrics::Metrics* metrics_;       // null: no metrics
+  metrics::ShadowChecker* shadow_;  // null: no shadow checks
+  std::vector<std::pair<const Backend*, int>> metrics_backends_;  // backend → metrics index
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;

@@ -52,8 +52,8 @@ Status CheckTensor(const Tensor& t, const std::string& field, int rank, DType* d
   const uint64_t expected = static_cast<uint64_t>(*n) * kernels::DTypeSize(*dt);
   if (t.data().size() != expected) {
     return InvalidArgument(field + ".data: expected " + std::to_string(expected) +
-                           " bytes for shape " + ShapeString(t) + " of " +
-                           kernels::DTypeName(*dt) + ", got " + std::to_string(t.data().size()));
+                           " bytes for shape " + ShapeString(t) + " of " + kernels::DTypeName(*dt) +
+                           ", got " + std::to_string(t.data().size()));
   }
   if (*dt == DType::kFloat8E4M3 && !(t.scale() > 0.f && std::isfinite(t.scale()))) {
     return InvalidArgument(field + ".scale: FLOAT8_E4M3 needs a finite scale > 0, got " +
@@ -72,23 +72,33 @@ Status Mismatch(const std::string& what, int64_t expected, int64_t got) {
 
 StatusOr<DType> DTypeFromProto(int dtype, const std::string& field) {
   switch (dtype) {
-    case attention::v1::FLOAT32: return DType::kFloat32;
-    case attention::v1::FLOAT16: return DType::kFloat16;
-    case attention::v1::BFLOAT16: return DType::kBFloat16;
-    case attention::v1::FLOAT8_E4M3: return DType::kFloat8E4M3;
+    case attention::v1::FLOAT32:
+      return DType::kFloat32;
+    case attention::v1::FLOAT16:
+      return DType::kFloat16;
+    case attention::v1::BFLOAT16:
+      return DType::kBFloat16;
+    case attention::v1::FLOAT8_E4M3:
+      return DType::kFloat8E4M3;
     default:
-      return InvalidArgument(field + ": expected one of FLOAT32, FLOAT16, BFLOAT16, "
-                             "FLOAT8_E4M3, got " + std::to_string(dtype) +
+      return InvalidArgument(field +
+                             ": expected one of FLOAT32, FLOAT16, BFLOAT16, "
+                             "FLOAT8_E4M3, got " +
+                             std::to_string(dtype) +
                              (dtype == 0 ? " (DTYPE_UNSPECIFIED)" : " (unknown)"));
   }
 }
 
 attention::v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return attention::v1::FLOAT32;
-    case DType::kFloat16: return attention::v1::FLOAT16;
-    case DType::kBFloat16: return attention::v1::BFLOAT16;
-    case DType::kFloat8E4M3: return attention::v1::FLOAT8_E4M3;
+    case DType::kFloat32:
+      return attention::v1::FLOAT32;
+    case DType::kFloat16:
+      return attention::v1::FLOAT16;
+    case DType::kBFloat16:
+      return attention::v1::BFLOAT16;
+    case DType::kFloat8E4M3:
+      return attention::v1::FLOAT8_E4M3;
   }
   return attention::v1::DTYPE_UNSPECIFIED;
 }
@@ -122,11 +132,11 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   s.head_dim = q[rank - 1];
   s.num_kv_heads = k[rank - 2];
   if (k[rank - 1] != s.head_dim) {
-    return Mismatch("k.shape[" + std::to_string(rank - 1) + "] (head_dim): expected q's head_dim",
+    return Mismatch("k.shape[" + std::to_string(rank - 1) + "] (head_dim, must equal q's)",
                     s.head_dim, k[rank - 1]);
   }
   if (!varlen && k[0] != q[0]) {
-    return Mismatch("k.shape[0] (batch): expected q's batch", q[0], k[0]);
+    return Mismatch("k.shape[0] (batch, must equal q's)", q[0], k[0]);
   }
   for (int i = 0; i < rank; ++i) {
     if (r.v().shape(i) != r.k().shape(i)) {
@@ -135,17 +145,19 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     }
   }
   if (s.num_heads % s.num_kv_heads != 0) {
-    return InvalidArgument("num_heads (q.shape[" + std::to_string(rank - 2) + "] = " +
-                           std::to_string(s.num_heads) + ") must be divisible by num_kv_heads " +
-                           "(k.shape[" + std::to_string(rank - 2) + "] = " +
-                           std::to_string(s.num_kv_heads) + ")");
+    return InvalidArgument(
+        "num_heads (q.shape[" + std::to_string(rank - 2) + "] = " + std::to_string(s.num_heads) +
+        ") must be divisible by num_kv_heads " + "(k.shape[" + std::to_string(rank - 2) +
+        "] = " + std::to_string(s.num_kv_heads) + ")");
   }
   if (s.head_dim > limits.max_head_dim) {
-    return InvalidArgument("head_dim: expected <= " + std::to_string(limits.max_head_dim) +
+    return InvalidArgument("q.shape[" + std::to_string(rank - 1) +
+                           "] (head_dim): expected <= " + std::to_string(limits.max_head_dim) +
                            ", got " + std::to_string(s.head_dim));
   }
   if (s.num_heads > limits.max_heads) {
-    return InvalidArgument("num_heads: expected <= " + std::to_string(limits.max_heads) +
+    return InvalidArgument("q.shape[" + std::to_string(rank - 2) +
+                           "] (num_heads): expected <= " + std::to_string(limits.max_heads) +
                            ", got " + std::to_string(s.num_heads));
   }
 
@@ -155,30 +167,32 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     s.batch = q[0];
     s.max_q_len = q[1];
     s.max_kv_len = k[1];
-    if (k[0] != s.batch) return Mismatch("k.shape[0] (batch): expected q's batch", s.batch, k[0]);
+    if (k[0] != s.batch) return Mismatch("k.shape[0] (batch, must equal q's)", s.batch, k[0]);
     if (s.batch > limits.max_batch) {
-      return Mismatch("batch: expected <= max_batch", limits.max_batch, s.batch);
+      return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
+                             std::to_string(s.batch));
     }
     if (s.max_q_len > limits.max_tokens || s.max_kv_len > limits.max_tokens) {
       return InvalidArgument("T and S: expected <= " + std::to_string(limits.max_tokens) +
                              ", got T=" + std::to_string(s.max_q_len) +
                              " S=" + std::to_string(s.max_kv_len));
     }
-    if (nq != 0 && nq != s.batch) return Mismatch("q_lengths: expected batch entries", s.batch, nq);
+    if (nq != 0 && nq != s.batch)
+      return Mismatch("q_lengths (entries, must equal the batch)", s.batch, nq);
     if (nkv != 0 && nkv != s.batch) {
-      return Mismatch("kv_lengths: expected batch entries", s.batch, nkv);
+      return Mismatch("kv_lengths (entries, must equal the batch)", s.batch, nkv);
     }
     for (int b = 0; b < nq; ++b) {
       if (r.q_lengths(b) < 0 || r.q_lengths(b) > s.max_q_len) {
-        return InvalidArgument("q_lengths[" + std::to_string(b) + "]: expected in [0, T=" +
-                               std::to_string(s.max_q_len) + "], got " +
+        return InvalidArgument("q_lengths[" + std::to_string(b) +
+                               "]: expected in [0, T=" + std::to_string(s.max_q_len) + "], got " +
                                std::to_string(r.q_lengths(b)));
       }
     }
     for (int b = 0; b < nkv; ++b) {
       if (r.kv_lengths(b) < 0 || r.kv_lengths(b) > s.max_kv_len) {
-        return InvalidArgument("kv_lengths[" + std::to_string(b) + "]: expected in [0, S=" +
-                               std::to_string(s.max_kv_len) + "], got " +
+        return InvalidArgument("kv_lengths[" + std::to_string(b) +
+                               "]: expected in [0, S=" + std::to_string(s.max_kv_len) + "], got " +
                                std::to_string(r.kv_lengths(b)));
       }
     }
@@ -193,10 +207,11 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     s.total_q = q[0];
     s.total_kv = k[0];
     if (nq == 0) return InvalidArgument("q_lengths: required for LAYOUT_VARLEN, got none");
-    if (nkv != nq) return Mismatch("kv_lengths: expected as many entries as q_lengths", nq, nkv);
+    if (nkv != nq) return Mismatch("kv_lengths (entries, must equal q_lengths')", nq, nkv);
     s.batch = nq;
     if (s.batch > limits.max_batch) {
-      return Mismatch("batch: expected <= max_batch", limits.max_batch, s.batch);
+      return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
+                             std::to_string(s.batch));
     }
     out.q_lengths.resize(nq);
     out.kv_lengths.resize(nq);
@@ -204,11 +219,12 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     out.kv_offsets.assign(nq + 1, 0);
     for (int b = 0; b < nq; ++b) {
       if (r.q_lengths(b) < 0) {
-        return Mismatch("q_lengths[" + std::to_string(b) + "]: expected >= 0", 0, r.q_lengths(b));
+        return InvalidArgument("q_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
+                               std::to_string(r.q_lengths(b)));
       }
       if (r.kv_lengths(b) < 0) {
-        return Mismatch("kv_lengths[" + std::to_string(b) + "]: expected >= 0", 0,
-                        r.kv_lengths(b));
+        return InvalidArgument("kv_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
+                               std::to_string(r.kv_lengths(b)));
       }
       out.q_lengths[b] = r.q_lengths(b);
       out.kv_lengths[b] = r.kv_lengths(b);
@@ -218,11 +234,11 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
       s.max_kv_len = std::max<int64_t>(s.max_kv_len, r.kv_lengths(b));
     }
     if (out.q_offsets[nq] != s.total_q) {
-      return Mismatch("sum(q_lengths): expected q.shape[0] (total_q)", s.total_q,
+      return Mismatch("sum(q_lengths) (must equal q.shape[0], total_q)", s.total_q,
                       out.q_offsets[nq]);
     }
     if (out.kv_offsets[nq] != s.total_kv) {
-      return Mismatch("sum(kv_lengths): expected k.shape[0] (total_kv)", s.total_kv,
+      return Mismatch("sum(kv_lengths) (must equal k.shape[0], total_kv)", s.total_kv,
                       out.kv_offsets[nq]);
     }
     if (s.total_q > limits.max_tokens || s.total_kv > limits.max_tokens) {
@@ -235,26 +251,37 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   // Mask.
   const auto& m = r.mask();
   switch (m.causal()) {
-    case attention::v1::CAUSAL_NONE: s.mask.causal = kernels::CausalAlignment::kNone; break;
-    case attention::v1::CAUSAL_TOP_LEFT: s.mask.causal = kernels::CausalAlignment::kTopLeft; break;
+    case attention::v1::CAUSAL_NONE:
+      s.mask.causal = kernels::CausalAlignment::kNone;
+      break;
+    case attention::v1::CAUSAL_TOP_LEFT:
+      s.mask.causal = kernels::CausalAlignment::kTopLeft;
+      break;
     case attention::v1::CAUSAL_BOTTOM_RIGHT:
       s.mask.causal = kernels::CausalAlignment::kBottomRight;
       break;
     default:
-      return InvalidArgument("mask.causal: expected CAUSAL_NONE, CAUSAL_TOP_LEFT or "
-                             "CAUSAL_BOTTOM_RIGHT, got " + std::to_string(m.causal()));
+      return InvalidArgument(
+          "mask.causal: expected CAUSAL_NONE, CAUSAL_TOP_LEFT or "
+          "CAUSAL_BOTTOM_RIGHT, got " +
+          std::to_string(m.causal()));
   }
   if (m.has_window_left()) {
-    if (m.window_left() < 0) return Mismatch("mask.window_left: expected >= 0", 0, m.window_left());
+    if (m.window_left() < 0) {
+      return InvalidArgument("mask.window_left: expected >= 0, got " +
+                             std::to_string(m.window_left()));
+    }
     s.mask.window_left = m.window_left();
   }
   if (m.has_window_right()) {
     if (m.window_right() < 0) {
-      return Mismatch("mask.window_right: expected >= 0", 0, m.window_right());
+      return InvalidArgument("mask.window_right: expected >= 0, got " +
+                             std::to_string(m.window_right()));
     }
     if (s.mask.causal != kernels::CausalAlignment::kNone && m.window_right() != 0) {
-      return InvalidArgument("mask.window_right: expected unset or 0 with a causal alignment, got " +
-                             std::to_string(m.window_right()));
+      return InvalidArgument(
+          "mask.window_right: expected unset or 0 with a causal alignment, got " +
+          std::to_string(m.window_right()));
     }
     s.mask.window_right = m.window_right();
   }

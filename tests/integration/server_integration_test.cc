@@ -169,7 +169,7 @@ TEST_F(ServerTest, NegativeAndOversizeLengths) {
   ExpectStatus(r, grpc::StatusCode::INVALID_ARGUMENT, "kv_lengths[0]: expected in [0, S=6]");
   r.clear_kv_lengths();
   r.add_q_lengths(1);
-  ExpectStatus(r, grpc::StatusCode::INVALID_ARGUMENT, "q_lengths: expected batch entries");
+  ExpectStatus(r, grpc::StatusCode::INVALID_ARGUMENT, "q_lengths (entries, must equal the batch): expected 2, got 1");
 }
 
 TEST_F(ServerTest, VarlenLengthsBeyondTensor) {
@@ -299,6 +299,28 @@ TEST(ServerLifecycle, JsonLogsAreOneObjectPerLine) {
     EXPECT_NE(line.find("\"msg\":\""), std::string::npos) << line;
   }
   EXPECT_GE(n, 2);
+}
+
+TEST(ServerLifecycle, BusyPortIsRefusedNotShared) {
+  ServerProcess first;
+  ASSERT_TRUE(first.started()) << first.ReadLog();
+  // A second server on the same port must fail to start (no SO_REUSEPORT sharing).
+  ServerProcess second({"--listen", first.address()});
+  EXPECT_FALSE(second.started());
+  EXPECT_NE(second.WaitExit(10), 0);
+  EXPECT_NE(second.ReadLog().find("could not listen"), std::string::npos) << second.ReadLog();
+}
+
+TEST(ServerLifecycle, InvalidPortAndUnwritablePortFileExitNonZero) {
+  ServerProcess bad_port({"--listen", "127.0.0.1:99999"});
+  EXPECT_FALSE(bad_port.started());
+  EXPECT_EQ(bad_port.WaitExit(10), 2);
+  EXPECT_NE(bad_port.ReadLog().find("port in [0, 65535]"), std::string::npos)
+      << bad_port.ReadLog();
+  ServerProcess bad_file({"--port-file", "/nonexistent-dir/port"});
+  EXPECT_FALSE(bad_file.started());
+  EXPECT_EQ(bad_file.WaitExit(10), 1);
+  EXPECT_NE(bad_file.ReadLog().find("--port-file"), std::string::npos) << bad_file.ReadLog();
 }
 
 TEST(ServerLifecycle, BadFlagsExitNonZero) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -22,8 +23,12 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args) {
   dir_ = mkdtemp(tmpl);
   const std::string port_file = dir_ + "/port";
   log_path_ = dir_ + "/server.log";
-  std::vector<std::string> args = {ATTN_SERVER_BIN, "--listen", "127.0.0.1:0", "--port-file",
-                                   port_file, "--log-level", "debug"};
+  auto given = [&extra_args](const char* flag) {
+    return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
+  };
+  std::vector<std::string> args = {ATTN_SERVER_BIN, "--log-level", "debug"};
+  if (!given("--listen")) args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+  if (!given("--port-file")) args.insert(args.end(), {"--port-file", port_file});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -47,6 +52,7 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_args) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -79,13 +85,15 @@ void ServerProcess::Signal(int signal) {
 }
 
 int ServerProcess::WaitExit(double timeout_s) {
+  if (exited_) return exit_code_;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1e3));
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return exit_code_;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -31,6 +31,7 @@ class ServerProcess {
   /// Sends `signal` (e.g. SIGTERM) without waiting.
   void Signal(int signal);
   /// Waits up to `timeout_s` for exit; returns the exit status (or -1 on timeout/signal).
+  /// Returns the recorded status at once when the process already exited.
   int WaitExit(double timeout_s);
   /// Path of the server's stderr log.
   const std::string& log_path() const { return log_path_; }
@@ -40,6 +41,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   bool exited_ = false;
+  int exit_code_ = -1;
   std::string dir_;
   std::string log_path_;
 };

@@ -93,7 +93,7 @@ TEST(AttendValidator, RejectsEachBadField) {
   r = Padded(2, 4, 4, 2, 2, 8);
   r.clear_k();
   Fill(r.mutable_k(), attention::v1::BFLOAT16, {3, 4, 2, 8});
-  ExpectInvalid(r, "k.shape[0] (batch)");
+  ExpectInvalid(r, "k.shape[0] (batch, must equal q's): expected 2, got 3");
 
   r = Padded(1, 4, 4, 2, 2, 8);
   r.mutable_q()->set_shape(0, -1);

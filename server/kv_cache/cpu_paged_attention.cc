@@ -1,0 +1,73 @@
+#include "kv_cache/cpu_paged_attention.h"
+
+#include <vector>
+
+#include "attn/kernels/cpu_attention.h"
+#include "attn/kernels/host_dtype.h"
+#include "attn/kernels/paged_kv_cpu.h"
+
+namespace attn {
+
+using kernels::DType;
+
+Status CpuPagedAttention::Append(const PagedLayerView &layer, int64_t start, int64_t tokens,
+                                 const void *k, const void *v, DType src_dtype,
+                                 int64_t *saturations) {
+  return kernels::PagedAppendCpu(layer.pool, layer.block_table, layer.num_blocks, start, tokens, k,
+                                 v, src_dtype, layer.k_scales, layer.v_scales, saturations);
+}
+
+Status CpuPagedAttention::CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,
+                                   int64_t tokens) {
+  return kernels::PagedCopyPageCpu(pool, src, dst, tokens);
+}
+
+Status CpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) {
+  // Per-thread scratch: grows to the largest sequence seen, never shrinks
+  // (allocation-light).
+  thread_local std::vector<char> k_buf, v_buf, q_buf, o_buf;
+  const int64_t K = layer.pool.num_kv_heads;
+  const int64_t H = layer.pool.head_dim;
+  const bool same = layer.pool.kv_dtype == q.dtype;
+  const DType compute = same ? q.dtype : DType::kFloat32;
+  const size_t kv_bytes = static_cast<size_t>(layer.kv_len * K * H * kernels::DTypeSize(compute));
+  if (k_buf.size() < kv_bytes) {
+    k_buf.resize(kv_bytes);
+    v_buf.resize(kv_bytes);
+  }
+  ATTN_RETURN_IF_ERROR(kernels::PagedGatherCpu(layer.pool, layer.block_table, layer.num_blocks,
+                                               layer.kv_len, layer.k_scales, layer.v_scales,
+                                               compute, k_buf.data(), v_buf.data()));
+  kernels::AttentionShape s;
+  s.layout = kernels::Layout::kPadded;
+  s.dtype = compute;
+  s.batch = 1;
+  s.max_q_len = q.tokens;
+  s.max_kv_len = layer.kv_len;
+  s.num_heads = q.num_heads;
+  s.num_kv_heads = K;
+  s.head_dim = H;
+  s.mask.causal = kernels::CausalAlignment::kBottomRight;
+  s.scale = q.scale;
+  kernels::AttentionTensors t;
+  t.k = k_buf.data();
+  t.v = v_buf.data();
+  if (same) {
+    t.q = q.q;
+    t.o = o;
+    return kernels::CpuAttention(s, t, cpu_threads_);
+  }
+  const int64_t n = q.tokens * q.num_heads * H;
+  q_buf.resize(static_cast<size_t>(n) * sizeof(float));
+  o_buf.resize(static_cast<size_t>(n) * sizeof(float));
+  float *qf = reinterpret_cast<float *>(q_buf.data());
+  for (int64_t i = 0; i < n; ++i) qf[i] = kernels::LoadAsFloat(q.q, q.dtype, i);
+  t.q = qf;
+  t.o = o_buf.data();
+  ATTN_RETURN_IF_ERROR(kernels::CpuAttention(s, t, cpu_threads_));
+  const float *of = reinterpret_cast<const float *>(o_buf.data());
+  for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(o, q.dtype, i, of[i]);
+  return Status::Ok();
+}
+
+}  // namespace attn

@@ -1,0 +1,32 @@
+// PagedAttentionBackend on the host: appends and gathers through
+// kernels/cpu/paged_kv_cpu and attends with the CPU reference
+// (kernels::CpuAttention, bottom-right causal). When the cache dtype equals q's
+// dtype the gathered K/V are bit-identical to what was sent, so the result
+// equals the stateless Attend on the concatenated history exactly; FP8 caches
+// are dequantised to float32 and q/o are converted around a float32
+// computation. Thread-safety: reentrant; scratch buffers are per thread.
+#pragma once
+
+#include <string>
+
+#include "kv_cache/paged_attention_backend.h"
+
+namespace attn {
+
+class CpuPagedAttention final : public PagedAttentionBackend {
+ public:
+  /// `cpu_threads`: threads one Attend may use (0: hardware concurrency).
+  explicit CpuPagedAttention(int cpu_threads) : cpu_threads_(cpu_threads) {}
+  const std::string &name() const override { return name_; }
+  Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,
+                const void *v, kernels::DType src_dtype, int64_t *saturations) override;
+  Status CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,
+                  int64_t tokens) override;
+  Status Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) override;
+
+ private:
+  const int cpu_threads_;
+  const std::string name_ = "cpu";
+};
+
+}  // namespace attn

@@ -1,0 +1,206 @@
+#include "kv_cache/extend_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "attn/kernels/host_dtype.h"
+#include "attn/kernels/paged_kv_cpu.h"
+
+namespace attn {
+namespace {
+
+using kernels::DType;
+
+constexpr float kFp8Headroom = 2.f;  // scale = amax * headroom / 448 when derived
+
+std::string Shape3(const std::array<int64_t, 3> &s) {
+  return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "]";
+}
+
+uint64_t Digest(const ExtendArgs &a) {
+  std::hash<std::string_view> h;
+  uint64_t d = h(std::string_view(static_cast<const char *>(a.q), a.q_bytes));
+  d = d * 0x9e3779b97f4a7c15ull ^ h(std::string_view(static_cast<const char *>(a.k), a.k_bytes));
+  d = d * 0x9e3779b97f4a7c15ull ^ h(std::string_view(static_cast<const char *>(a.v), a.v_bytes));
+  return d;
+}
+
+Status CheckArgs(const SequenceConfig &c, const ExtendArgs &a) {
+  if (a.layer < 0 || a.layer >= c.num_layers) {
+    return InvalidArgument("layer: expected [0, " + std::to_string(c.num_layers) + "), got " +
+                           std::to_string(a.layer));
+  }
+  const char *names[3] = {"q", "k", "v"};
+  const DType dts[3] = {a.q_dtype, a.k_dtype, a.v_dtype};
+  for (int i = 0; i < 3; ++i) {
+    if (dts[i] != c.dtype) {
+      return InvalidArgument(std::string(names[i]) + ".dtype: expected the sequence's dtype " +
+                             kernels::DTypeName(c.dtype) + ", got " + kernels::DTypeName(dts[i]));
+    }
+  }
+  const std::array<int64_t, 3> q_want{a.q_shape[0], c.num_heads, c.head_dim};
+  if (a.q_shape[0] < 1 || a.q_shape != q_want) {
+    return InvalidArgument("q.shape: expected (T >= 1, N = " + std::to_string(c.num_heads) +
+                           ", H = " + std::to_string(c.head_dim) + "), got " + Shape3(a.q_shape));
+  }
+  const std::array<int64_t, 3> kv_want{a.q_shape[0], c.num_kv_heads, c.head_dim};
+  if (a.k_shape != kv_want) {
+    return InvalidArgument("k.shape: expected " + Shape3(kv_want) + " (q's T, K, H), got " +
+                           Shape3(a.k_shape));
+  }
+  if (a.v_shape != kv_want) {
+    return InvalidArgument("v.shape: expected " + Shape3(kv_want) + " (k's shape), got " +
+                           Shape3(a.v_shape));
+  }
+  return Status::Ok();
+}
+
+/// Per-kv-head scales amax * headroom / 448 of x (T, K, H).
+Status DeriveScales(const void *x, DType dtype, int64_t T, int64_t K, int64_t H, const char *name,
+                    std::vector<float> *out) {
+  out->assign(static_cast<size_t>(K), 0.f);
+  for (int64_t h = 0; h < K; ++h) {
+    float amax = 0.f;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < H; ++d) {
+        const float v = std::fabs(kernels::LoadAsFloat(x, dtype, (t * K + h) * H + d));
+        if (!std::isfinite(v)) {
+          return InvalidArgument(std::string(name) +
+                                 ": non-finite value; FP8 scales cannot be derived from it");
+        }
+        amax = v > amax ? v : amax;
+      }
+    }
+    (*out)[static_cast<size_t>(h)] = amax > 0.f ? amax * kFp8Headroom / kernels::kFp8E4M3Max : 1.f;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                  const ExtendArgs &a, std::string *o, ExtendOutcome *out) {
+  auto locked = store->Acquire(a.sequence_id, owner);
+  if (!locked.ok()) return locked.status();
+  Sequence *seq = locked->seq.get();
+  const SequenceConfig &c = seq->config;
+  ATTN_RETURN_IF_ERROR(CheckArgs(c, a));
+  LayerState &L = seq->layers[static_cast<size_t>(a.layer)];
+  const int64_t T = a.q_shape[0];
+  const uint64_t digest = Digest(a);
+  out->num_heads = c.num_heads;
+  out->head_dim = c.head_dim;
+  out->dtype = c.dtype;
+
+  // An exact replay of this layer's last step returns the stored result.
+  if (L.last.valid && a.position == L.last.position && T == L.last.tokens &&
+      digest == L.last.digest && L.table.length() == a.position + T) {
+    *o = L.last.o;
+    out->length = L.table.length();
+    out->replayed = true;
+    out->kv_len = L.table.length();
+    return Status::Ok();
+  }
+  if (a.position != L.table.length()) {
+    return FailedPrecondition("position " + std::to_string(a.position) + " does not match layer " +
+                              std::to_string(a.layer) + "'s length " +
+                              std::to_string(L.table.length()) +
+                              " (actual length; Extend appends at the end)");
+  }
+  const bool fp8 = c.kv_dtype == DType::kFloat8E4M3;
+  std::vector<float> k_scales = L.k_scales, v_scales = L.v_scales;
+  if (fp8 && k_scales.empty()) {
+    ATTN_RETURN_IF_ERROR(DeriveScales(a.k, c.dtype, T, c.num_kv_heads, c.head_dim, "k", &k_scales));
+    ATTN_RETURN_IF_ERROR(DeriveScales(a.v, c.dtype, T, c.num_kv_heads, c.head_dim, "v", &v_scales));
+  }
+
+  // Pages: new blocks, plus a private copy of a shared partial last page
+  // (copy-on-write).
+  PagePool *pool = store->pool();
+  const int64_t old_len = L.table.length();
+  const int64_t new_len = old_len + T;
+  const bool cow =
+      L.table.LastPagePartial() && pool->RefCount(seq->sub, L.table.pages().back()) > 1;
+  const int64_t need = L.table.BlocksNeeded(new_len) + (cow ? 1 : 0);
+  std::vector<int32_t> pages;
+  pages.reserve(static_cast<size_t>(need));
+  const int64_t from_spare = std::min<int64_t>(need, static_cast<int64_t>(L.spare.size()));
+  std::vector<int32_t> fresh(static_cast<size_t>(need - from_spare));
+  if (!fresh.empty()) {
+    ATTN_RETURN_IF_ERROR(
+        store->AllocatePages(seq, static_cast<int64_t>(fresh.size()), fresh.data()));
+  }
+  for (int64_t i = 0; i < from_spare; ++i) {
+    pages.push_back(L.spare.back());
+    L.spare.pop_back();
+  }
+  pages.insert(pages.end(), fresh.begin(), fresh.end());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const kernels::PagedKvPool &view = seq->sub->view();
+  size_t next = 0;
+  if (cow) {
+    const int32_t shared = L.table.pages().back();
+    const int32_t copy = pages[next++];
+    Status cs = backend->CopyPage(view, shared, copy, L.table.LastPageTokens());
+    if (!cs.ok()) {
+      store->ReleasePages(seq, pages.data(), static_cast<int64_t>(pages.size()));
+      return cs;
+    }
+    L.table.ReplaceLast(copy);
+    store->ReleasePages(seq, &shared,
+                        1);  // still held by the other side of the fork
+  }
+  L.table.AddPages(pages.data() + next, static_cast<int64_t>(pages.size() - next));
+  L.table.SetLength(new_len);
+
+  PagedLayerView lv;
+  lv.pool = view;
+  lv.block_table = L.table.pages().data();
+  lv.num_blocks = L.table.num_blocks();
+  lv.kv_len = new_len;
+  lv.k_scales = fp8 ? k_scales.data() : nullptr;
+  lv.v_scales = fp8 ? v_scales.data() : nullptr;
+  int64_t saturations = 0;
+  Status s = backend->Append(lv, old_len, T, a.k, a.v, c.dtype, &saturations);
+  if (s.ok()) {
+    const size_t o_bytes =
+        static_cast<size_t>(T * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype));
+    o->resize(o_bytes);
+    PagedQuery q{a.q, T, c.num_heads, c.dtype, c.scale};
+    s = backend->Attend(lv, q, o->data());
+  }
+  if (!s.ok()) {
+    // Roll back: the layer keeps its old length; the new pages go back to the
+    // pool.
+    std::vector<int32_t> dropped = L.table.Truncate(old_len);
+    size_t keep = std::min(dropped.size(), static_cast<size_t>(from_spare));
+    L.spare.insert(L.spare.end(), dropped.begin(), dropped.begin() + keep);
+    store->ReleasePages(seq, dropped.data() + keep, static_cast<int64_t>(dropped.size() - keep));
+    o->clear();
+    return s;
+  }
+  if (fp8 && L.k_scales.empty()) {
+    L.k_scales = std::move(k_scales);
+    L.v_scales = std::move(v_scales);
+  }
+  seq->fp8_saturations += saturations;
+  store->AddSaturations(saturations);
+  L.last.valid = true;
+  L.last.position = a.position;
+  L.last.tokens = T;
+  L.last.digest = digest;
+  L.last.o = *o;
+  out->length = new_len;
+  out->kv_len = new_len;
+  out->kernel_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  return Status::Ok();
+}
+
+}  // namespace attn

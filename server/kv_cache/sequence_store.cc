@@ -1,0 +1,268 @@
+#include "kv_cache/sequence_store.h"
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+namespace attn {
+namespace {
+
+int64_t SteadyNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const char *GoneReason(SequenceState s) {
+  switch (s) {
+    case SequenceState::kEvicted:
+      return "was evicted (least recently used, to make room in the KV cache)";
+    case SequenceState::kExpired:
+      return "expired (idle longer than --sequence-ttl-s)";
+    default:
+      return "was released";
+  }
+}
+
+}  // namespace
+
+SequenceStore::SequenceStore(PagePool *pool, const SequenceStoreOptions &options,
+                             std::function<int64_t()> now_us)
+    : pool_(pool), options_(options), now_us_(now_us ? std::move(now_us) : SteadyNowUs) {}
+
+SequenceStore::~SequenceStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto &[id, s] : live_) {
+    for (LayerState &l : s->layers) {
+      pool_->Release(s->sub, l.table.pages().data(), l.table.num_blocks());
+      pool_->Release(s->sub, l.spare.data(), static_cast<int64_t>(l.spare.size()));
+    }
+  }
+}
+
+int64_t SequenceStore::live_sequences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(live_.size());
+}
+
+std::string SequenceStore::NewId() {
+  static const char kHex[] = "0123456789abcdef";
+  std::random_device rd;  // /dev/urandom: unguessable ids
+  for (;;) {
+    std::string id;
+    id.reserve(32);
+    for (int w = 0; w < 4; ++w) {
+      uint32_t r = rd();
+      for (int i = 0; i < 8; ++i, r >>= 4) id.push_back(kHex[r & 0xf]);
+    }
+    if (live_.count(id) == 0 && tombstones_.count(id) == 0) return id;
+  }
+}
+
+Status SequenceStore::NotFound(const std::string &id, const std::string &owner) const {
+  auto t = tombstones_.find(id);
+  if (t != tombstones_.end() && t->second.owner == owner) {
+    return attn::NotFound("sequence " + id + " " + GoneReason(t->second.why));
+  }
+  return attn::NotFound("sequence " + id + " not found (unknown or released)");
+}
+
+StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, SequenceConfig config) {
+  const KvLayoutClass cls{config.num_kv_heads, config.head_dim, config.kv_dtype};
+  StatusOr<SubPool *> sub = pool_->GetClass(cls);
+  if (!sub.ok()) return sub.status();
+  auto seq = std::make_shared<Sequence>(std::string(), owner, std::move(config), *sub);
+  const int32_t pt = pool_->page_tokens();
+  seq->layers.assign(static_cast<size_t>(seq->config.num_layers), LayerState(pt));
+  const int64_t per_layer = BlockTable::BlocksFor(seq->config.reserve_tokens, pt);
+  if (per_layer > 0) {
+    std::vector<int32_t> pages(static_cast<size_t>(per_layer * seq->config.num_layers));
+    ATTN_RETURN_IF_ERROR(
+        AllocatePages(seq.get(), static_cast<int64_t>(pages.size()), pages.data()));
+    for (int32_t l = 0; l < seq->config.num_layers; ++l) {
+      seq->layers[l].spare.assign(pages.begin() + l * per_layer,
+                                  pages.begin() + (l + 1) * per_layer);
+    }
+  }
+  if (!seq->config.k_scales.empty()) {
+    const size_t K = static_cast<size_t>(seq->config.num_kv_heads);
+    for (size_t l = 0; l < seq->layers.size(); ++l) {
+      seq->layers[l].k_scales.assign(seq->config.k_scales.begin() + l * K,
+                                     seq->config.k_scales.begin() + (l + 1) * K);
+      seq->layers[l].v_scales.assign(seq->config.v_scales.begin() + l * K,
+                                     seq->config.v_scales.begin() + (l + 1) * K);
+    }
+  }
+  auto reg = Register(std::move(seq));
+  if (!reg.ok()) return reg.status();
+  LockedSequence out{*reg, std::unique_lock<std::mutex>((*reg)->mu)};
+  return out;
+}
+
+StatusOr<std::shared_ptr<Sequence>> SequenceStore::Register(std::shared_ptr<Sequence> seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seq->id = NewId();
+  seq->last_used_us = now_us_();
+  lru_.push_front(seq.get());
+  seq->lru_it = lru_.begin();
+  live_[seq->id] = seq;
+  return seq;
+}
+
+void SequenceStore::SweepExpiredLocked() {
+  if (options_.ttl_s <= 0) return;
+  const int64_t now = now_us_();
+  const int64_t ttl_us = static_cast<int64_t>(options_.ttl_s * 1e6);
+  std::vector<std::shared_ptr<Sequence>> old;  // keeps each alive while its lock is held
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    if (now - (*it)->last_used_us <= ttl_us) break;
+    old.push_back(live_.at((*it)->id));
+  }
+  for (const auto &s : old) {
+    std::unique_lock<std::mutex> l(s->mu, std::try_to_lock);
+    if (!l.owns_lock()) continue;  // in use: not idle
+    DropLocked(s.get(), SequenceState::kExpired);
+    expirations_.fetch_add(1);
+  }
+}
+
+void SequenceStore::SweepExpired() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SweepExpiredLocked();
+}
+
+int64_t SequenceStore::DropLocked(Sequence *s, SequenceState why) {
+  int64_t freed = 0;
+  for (LayerState &l : s->layers) {
+    freed += pool_->Release(s->sub, l.table.pages().data(), l.table.num_blocks());
+    freed += pool_->Release(s->sub, l.spare.data(), static_cast<int64_t>(l.spare.size()));
+    l.table = BlockTable(l.table.page_tokens());
+    l.spare.clear();
+    l.last = LastStep();
+  }
+  s->state = why;
+  lru_.erase(s->lru_it);
+  if (why != SequenceState::kReleased && options_.max_tombstones > 0) {
+    if (tombstones_.size() >= options_.max_tombstones) {
+      tombstones_.erase(tombstone_order_.front());
+      tombstone_order_.pop_front();
+    }
+    tombstones_[s->id] = Tombstone{s->owner, why};
+    tombstone_order_.push_back(s->id);
+  }
+  live_.erase(s->id);  // may destroy *s when no caller holds it: do this last
+  return freed;
+}
+
+StatusOr<LockedSequence> SequenceStore::Acquire(const std::string &id, const std::string &owner) {
+  std::shared_ptr<Sequence> seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SweepExpiredLocked();
+    auto it = live_.find(id);
+    if (it == live_.end() || it->second->owner != owner) return NotFound(id, owner);
+    seq = it->second;
+    seq->last_used_us = now_us_();
+    lru_.splice(lru_.begin(), lru_, seq->lru_it);
+  }
+  std::unique_lock<std::mutex> l(seq->mu);
+  if (seq->state != SequenceState::kLive) {
+    return attn::NotFound("sequence " + id + " " + GoneReason(seq->state));
+  }
+  LockedSequence out{std::move(seq), std::move(l)};
+  return out;
+}
+
+Status SequenceStore::Release(const std::string &id, const std::string &owner,
+                              int64_t *pages_freed) {
+  auto locked = Acquire(id, owner);
+  if (!locked.ok()) return locked.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t freed = DropLocked(locked->seq.get(), SequenceState::kReleased);
+  if (pages_freed != nullptr) *pages_freed = freed;
+  return Status::Ok();
+}
+
+StatusOr<LockedSequence> SequenceStore::Fork(const std::string &id, const std::string &owner,
+                                             std::optional<int64_t> length) {
+  if (length.has_value() && *length < 0) {
+    return InvalidArgument("length: expected >= 0, got " + std::to_string(*length));
+  }
+  auto parent = Acquire(id, owner);
+  if (!parent.ok()) return parent.status();
+  Sequence *p = parent->seq.get();
+  SequenceConfig cfg = p->config;
+  cfg.reserve_tokens = 0;
+  auto child = std::make_shared<Sequence>(std::string(), owner, std::move(cfg), p->sub);
+  for (const LayerState &pl : p->layers) {
+    LayerState cl(pl.table.page_tokens());
+    cl.table = pl.table;
+    if (length.has_value()) cl.table.Truncate(*length);  // drops references not yet taken
+    cl.k_scales = pl.k_scales;
+    cl.v_scales = pl.v_scales;
+    pool_->Retain(p->sub, cl.table.pages().data(), cl.table.num_blocks());
+    child->layers.push_back(std::move(cl));
+  }
+  child->fp8_saturations = 0;
+  auto reg = Register(std::move(child));
+  if (!reg.ok()) return reg.status();
+  parent->lock.unlock();
+  LockedSequence out{*reg, std::unique_lock<std::mutex>((*reg)->mu)};
+  return out;
+}
+
+void SequenceStore::Truncate(Sequence *seq, int64_t length) {
+  const int64_t reserved = BlockTable::BlocksFor(seq->config.reserve_tokens, pool_->page_tokens());
+  for (LayerState &l : seq->layers) {
+    if (l.table.length() <= length) continue;
+    std::vector<int32_t> dropped = l.table.Truncate(length);
+    l.last = LastStep();
+    std::vector<int32_t> release;
+    for (int32_t page : dropped) {
+      const int64_t held = l.table.num_blocks() + static_cast<int64_t>(l.spare.size());
+      if (held < reserved && pool_->RefCount(seq->sub, page) == 1) {
+        l.spare.push_back(page);  // keep the reservation
+      } else {
+        release.push_back(page);
+      }
+    }
+    pool_->Release(seq->sub, release.data(), static_cast<int64_t>(release.size()));
+  }
+}
+
+Status SequenceStore::AllocatePages(Sequence *seq, int64_t n, int32_t *out) {
+  Status s = pool_->Allocate(seq->sub, n, out);
+  if (s.ok() || !options_.evict_idle) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  SweepExpiredLocked();
+  if (pool_->Allocate(seq->sub, n, out).ok()) return Status::Ok();
+  // Least recently used idle sequences of the same class, until their exclusive
+  // pages suffice.
+  const int64_t available = pool_->AvailablePages(seq->sub);
+  int64_t gain = 0;
+  std::vector<std::pair<std::shared_ptr<Sequence>, std::unique_lock<std::mutex>>> victims;
+  for (auto it = lru_.rbegin(); it != lru_.rend() && available + gain < n; ++it) {
+    Sequence *c = *it;
+    if (c == seq || c->sub != seq->sub) continue;
+    std::unique_lock<std::mutex> l(c->mu, std::try_to_lock);
+    if (!l.owns_lock()) continue;  // in use
+    for (const LayerState &layer : c->layers) {
+      for (int32_t page : layer.table.pages()) gain += pool_->RefCount(c->sub, page) == 1;
+      gain += static_cast<int64_t>(layer.spare.size());
+    }
+    victims.emplace_back(live_.at(c->id), std::move(l));
+  }
+  if (available + gain < n) return s;  // evicting would not help: harm nothing
+  for (auto &[victim, l] : victims) {
+    DropLocked(victim.get(), SequenceState::kEvicted);
+    evictions_.fetch_add(1);
+    l.unlock();
+  }
+  return pool_->Allocate(seq->sub, n, out);
+}
+
+int64_t SequenceStore::ReleasePages(Sequence *seq, const int32_t *pages, int64_t n) {
+  return pool_->Release(seq->sub, pages, n);
+}
+
+}  // namespace attn

@@ -1,0 +1,117 @@
+// The registry of stateful sequences (DESIGN.md §3, §7): random 128-bit ids,
+// ownership by identity, page accounting with reservations, copy-on-write
+// forks, truncation, LRU eviction of idle sequences (optional) and an idle TTL
+// (optional), with an injectable clock.
+//
+// Every operation on a sequence holds that sequence's lock for its whole
+// duration (calls on one sequence are serialised; different sequences run in
+// parallel). Lock order: sequence lock, then the store lock, then the page
+// pool's lock; the store never blocks on a sequence lock while holding its own
+// (eviction and expiry only try_lock, so busy sequences are never dropped).
+// NOT_FOUND is returned for unknown ids, released sequences and sequences of
+// another identity alike; only the owner learns that its sequence was "evicted"
+// or "expired". Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "attn/kernels/status.h"
+#include "kv_cache/page_pool.h"
+#include "kv_cache/sequence.h"
+
+namespace attn {
+
+struct SequenceStoreOptions {
+  bool evict_idle = false;        ///< evict least-recently-used idle sequences when out of pages
+  double ttl_s = 0.0;             ///< drop sequences idle longer than this; 0 = never
+  size_t max_tombstones = 65536;  ///< evicted/expired ids remembered for their NOT_FOUND reason
+};
+
+/// A live sequence with its lock held. Move-only.
+struct LockedSequence {
+  std::shared_ptr<Sequence> seq;
+  std::unique_lock<std::mutex> lock;
+};
+
+class SequenceStore {
+ public:
+  /// `pool` is not owned. `now_us` is a monotonic clock in microseconds (null:
+  /// steady_clock).
+  SequenceStore(PagePool *pool, const SequenceStoreOptions &options,
+                std::function<int64_t()> now_us = nullptr);
+  ~SequenceStore();
+
+  /// Creates a sequence owned by `owner` with `config` (already validated by
+  /// the caller), reserving BlocksFor(reserve_tokens) pages per layer. Returns
+  /// it locked. Errors: RESOURCE_EXHAUSTED (pages needed, pages free) and
+  /// nothing is created.
+  StatusOr<LockedSequence> Create(const std::string &owner, SequenceConfig config);
+  /// The live sequence `id` of `owner`, locked, and marked used now.
+  /// Errors: NOT_FOUND (unknown, released, another owner's; "evicted"/"expired"
+  /// for the owner).
+  StatusOr<LockedSequence> Acquire(const std::string &id, const std::string &owner);
+  /// Drops a sequence; *pages_freed (nullable) counts pages that returned to
+  /// the pool.
+  Status Release(const std::string &id, const std::string &owner, int64_t *pages_freed);
+  /// A child sharing the parent's pages (first `length` tokens of each layer
+  /// when given), returned locked. Errors: NOT_FOUND; INVALID_ARGUMENT for a
+  /// negative length.
+  StatusOr<LockedSequence> Fork(const std::string &id, const std::string &owner,
+                                std::optional<int64_t> length);
+  /// Cuts every layer of a locked sequence back to at most `length` tokens.
+  void Truncate(Sequence *seq, int64_t length);
+
+  /// Takes `n` pages for `seq` (whose lock the caller holds), evicting idle
+  /// sequences of the same layout class when configured. All or nothing;
+  /// RESOURCE_EXHAUSTED otherwise.
+  Status AllocatePages(Sequence *seq, int64_t n, int32_t *out);
+  /// Drops one reference from each page of `seq`'s class; returns pages freed.
+  int64_t ReleasePages(Sequence *seq, const int32_t *pages, int64_t n);
+  /// Drops sequences idle longer than the TTL (also done lazily on every
+  /// lookup).
+  void SweepExpired();
+
+  PagePool *pool() const { return pool_; }
+  int64_t now_us() const { return now_us_(); }
+  int64_t live_sequences() const;
+  int64_t evictions() const { return evictions_.load(); }
+  int64_t expirations() const { return expirations_.load(); }
+  void AddSaturations(int64_t n) { saturations_.fetch_add(n); }
+  int64_t saturations() const { return saturations_.load(); }
+
+ private:
+  std::string NewId();  // store lock held
+  StatusOr<std::shared_ptr<Sequence>> Register(std::shared_ptr<Sequence> seq);
+  void SweepExpiredLocked();
+  // Frees `s`'s pages and forgets it; store lock and s->mu held.
+  int64_t DropLocked(Sequence *s, SequenceState why);
+  Status NotFound(const std::string &id,
+                  const std::string &owner) const;  // store lock held
+
+  PagePool *const pool_;
+  const SequenceStoreOptions options_;
+  std::function<int64_t()> now_us_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Sequence>> live_;
+  std::list<Sequence *> lru_;  ///< front: most recently used
+  struct Tombstone {
+    std::string owner;
+    SequenceState why;
+  };
+  std::unordered_map<std::string, Tombstone> tombstones_;
+  std::deque<std::string> tombstone_order_;
+  std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> expirations_{0};
+  std::atomic<int64_t> saturations_{0};
+};
+
+}  // namespace attn

@@ -1,0 +1,128 @@
+#include "metrics/metrics_http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace attn::metrics {
+namespace {
+
+constexpr size_t kMaxRequestBytes = 8192;
+constexpr int kIoTimeoutMs = 5000;
+
+void WriteAll(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string Response(const char* status, const char* content_type, const std::string& body) {
+  return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + content_type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+}  // namespace
+
+StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("--metrics-address: expected host:port, got \"" + address + "\"");
+  }
+  std::string host = address.substr(0, colon);
+  const std::string port_text = address.substr(colon + 1);
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port_text) > 65535) {
+    return InvalidArgument("--metrics-address: port must be in [0, 65535], got \"" + port_text +
+                           "\"");
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  if (host.empty()) host = "0.0.0.0";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(port_text)));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return InvalidArgument("--metrics-address: expected an IPv4 address, got \"" + host + "\"");
+  }
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Unavailable(std::string("metrics: socket: ") + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listen_fd_, 16) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Unavailable("metrics: cannot listen on " + address + ": " + why);
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+void MetricsHttpServer::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+void MetricsHttpServer::Loop() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;  // wake up regularly to notice Stop()
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Serve(fd);
+    ::close(fd);
+  }
+}
+
+void MetricsHttpServer::Serve(int fd) {
+  std::string request;
+  char buf[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, kIoTimeoutMs) <= 0) return;  // slow or silent client: drop it
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return;
+    request.append(buf, static_cast<size_t>(n));
+  }
+  const size_t line_end = request.find("\r\n");
+  const std::string line = request.substr(0, line_end);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp1 == std::string::npos || sp2 == std::string::npos) {
+    WriteAll(fd, Response("400 Bad Request", "text/plain", "bad request\n"));
+    return;
+  }
+  const std::string method = line.substr(0, sp1);
+  std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  path = path.substr(0, path.find('?'));
+  if (method != "GET" && method != "HEAD") {
+    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "only GET\n"));
+  } else if (path != "/metrics") {
+    WriteAll(fd, Response("404 Not Found", "text/plain", "metrics are at /metrics\n"));
+  } else {
+    std::string body = render_();
+    std::string r = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body);
+    if (method == "HEAD") r.resize(r.size() - body.size());
+    WriteAll(fd, r);
+  }
+}
+
+}  // namespace attn::metrics

@@ -1,0 +1,46 @@
+// A minimal HTTP/1.1 server for Prometheus scrapes: GET /metrics answers 200 with the text
+// exposition format (version 0.0.4) produced by a render callback; any other path gets 404,
+// any other method 405. One thread accepts and serves connections one at a time (a scrape is
+// a few KB; Prometheus scrapes every few seconds).
+//
+// Why not prometheus-cpp's Exposer: it runs civetweb, whose worker threads get a fixed
+// 100 KB stack; in CUDA builds the static TLS of cuBLAS/cuBLASLt alone is ~107 KB, so
+// pthread_create fails with EINVAL and the exposer cannot start. Threads here use the default
+// stack size. Thread-safety: Start/Stop from one thread; the render callback is called on the
+// server thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "attn/kernels/status.h"
+
+namespace attn::metrics {
+
+class MetricsHttpServer {
+ public:
+  explicit MetricsHttpServer(std::function<std::string()> render) : render_(std::move(render)) {}
+  ~MetricsHttpServer() { Stop(); }
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  /// Listens on "host:port" (IPv4 literal or "localhost"; port 0 picks a free one) and starts
+  /// serving. Returns the bound port. Errors: INVALID_ARGUMENT for a malformed address,
+  /// UNAVAILABLE when the socket cannot be bound.
+  StatusOr<int> Start(const std::string& address);
+  /// Stops serving and joins the thread (idempotent).
+  void Stop();
+
+ private:
+  void Loop();
+  void Serve(int fd);
+
+  std::function<std::string()> render_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace attn::metrics

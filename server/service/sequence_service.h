@@ -1,0 +1,97 @@
+// The attention.v1 SequenceService (sequence.proto) on gRPC's callback API:
+// stateful sequences over the paged KV cache (DESIGN.md §3, §7).
+//
+// Every call is validated, then handed to the shared worker pool
+// (RESOURCE_EXHAUSTED when its queue is full); the worker checks cancellation
+// and deadline, runs the operation through the SequenceStore (ExtendStep for
+// Extend), and finishes the call. Calls on one sequence are serialised by the
+// sequence's lock (concurrent Extends on one sequence run one after the other,
+// in lock order); calls on different sequences run in parallel on the workers.
+// The caller's identity is the request metadata "x-attn-identity" (absent:
+// anonymous ""). ExtendStream handles one request at a time per stream, in
+// order, one ExtendResult each. Compute runs on the CPU path
+// (CpuPagedAttention) in every build for now; the GPU paged kernels plug in
+// through PagedAttentionBackend. While draining, new calls and new streams get
+// UNAVAILABLE. Thread-safety: all methods are safe from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "attention/v1/sequence.grpc.pb.h"
+#include "config/server_config.h"
+#include "kv_cache/paged_attention_backend.h"
+#include "kv_cache/sequence_store.h"
+#include "service/worker_pool.h"
+
+namespace attn {
+
+class SequenceServiceImpl final : public attention::v1::SequenceService::CallbackService {
+ public:
+  /// `store`, `backend` and `workers` are not owned and must outlive the
+  /// service.
+  SequenceServiceImpl(SequenceStore *store, PagedAttentionBackend *backend, WorkerPool *workers);
+
+  grpc::ServerUnaryReactor *CreateSequence(
+      grpc::CallbackServerContext *context, const attention::v1::CreateSequenceRequest *request,
+      attention::v1::CreateSequenceResponse *response) override;
+  grpc::ServerUnaryReactor *Extend(grpc::CallbackServerContext *context,
+                                   const attention::v1::ExtendRequest *request,
+                                   attention::v1::ExtendResponse *response) override;
+  grpc::ServerUnaryReactor *ExtendBatch(grpc::CallbackServerContext *context,
+                                        const attention::v1::ExtendBatchRequest *request,
+                                        attention::v1::ExtendBatchResponse *response) override;
+  grpc::ServerBidiReactor<attention::v1::ExtendRequest, attention::v1::ExtendResult> *ExtendStream(
+      grpc::CallbackServerContext *context) override;
+  grpc::ServerUnaryReactor *TruncateSequence(
+      grpc::CallbackServerContext *context, const attention::v1::TruncateSequenceRequest *request,
+      attention::v1::TruncateSequenceResponse *response) override;
+  grpc::ServerUnaryReactor *ForkSequence(grpc::CallbackServerContext *context,
+                                         const attention::v1::ForkSequenceRequest *request,
+                                         attention::v1::ForkSequenceResponse *response) override;
+  grpc::ServerUnaryReactor *ReleaseSequence(
+      grpc::CallbackServerContext *context, const attention::v1::ReleaseSequenceRequest *request,
+      attention::v1::ReleaseSequenceResponse *response) override;
+  grpc::ServerUnaryReactor *GetSequence(grpc::CallbackServerContext *context,
+                                        const attention::v1::GetSequenceRequest *request,
+                                        attention::v1::GetSequenceResponse *response) override;
+
+  /// From now on new calls get UNAVAILABLE.
+  void StartDraining() { draining_.store(true); }
+  /// Waits until no call or stream is in flight or `timeout` passes; true when
+  /// idle.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  int64_t in_flight() const { return in_flight_.load(); }
+
+  /// Runs one Extend for `owner` into `response` (shared by Extend,
+  /// ExtendBatch, ExtendStream).
+  Status RunExtend(const std::string &owner, const attention::v1::ExtendRequest &request,
+                   attention::v1::ExtendResponse *response);
+
+ private:
+  class StreamReactor;
+  template <typename Fn>
+  grpc::ServerUnaryReactor *Submit(grpc::CallbackServerContext *context, Fn fn);
+  void CallStarted() { in_flight_.fetch_add(1); }
+  void CallDone();
+
+  SequenceStore *const store_;
+  PagedAttentionBackend *const backend_;
+  WorkerPool *const workers_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> in_flight_{0};
+  std::mutex idle_mu_;
+  std::condition_variable idle_cv_;
+};
+
+/// The caller's identity: metadata "x-attn-identity", or "" (anonymous).
+std::string CallerIdentity(const grpc::CallbackServerContext *context);
+
+/// Fills GetServerInfoResponse.kv_cache from the store and its page pool.
+void FillKvCacheInfo(const SequenceStore &store, attention::v1::KvCacheInfo *info);
+
+}  // namespace attn
