@@ -52,6 +52,10 @@ class DeviceBuffer {
   Status From(const void* host, size_t bytes) {
     CUDA_OK(cudaMalloc(&p_, bytes == 0 ? 256 : bytes));
     if (bytes > 0) CUDA_OK(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice));
+    // A pageable host->device cudaMemcpy may return before its DMA lands, and the kernels run
+    // on a non-blocking stream that does not wait for the legacy stream: wait here, or the
+    // kernel can read the buffer before it is filled (seen as rare wrong results under load).
+    CUDA_OK(cudaDeviceSynchronize());
     return Status::Ok();
   }
   void* get() const { return p_; }
