@@ -108,6 +108,10 @@ Status RunNaive(const HostCase& c, HostOutputs* out, size_t limit, NaivePlan* pl
   ATTN_RETURN_IF_ERROR(ws.Alloc(plan->workspace_bytes));
   // Poison the workspace too: stale scores must never leak into results.
   CUDA_OK(cudaMemset(ws.get(), 0xFF, plan->workspace_bytes));
+  // cudaMemset runs on the legacy stream, which the non-blocking stream below does not wait
+  // for: without this wait the poison could land after the GEMM wrote the scores (seen on the
+  // H200 when two test processes shared the GPU: rows of NaN / lse -inf).
+  CUDA_OK(cudaDeviceSynchronize());
   kernels::AttentionTensors t;
   t.q = q.get();
   t.k = k.get();

@@ -460,6 +460,7 @@ Status RunCase(const Case& c) {
   ATTN_RETURN_IF_ERROR(d_lse.FromVec(lse_poison));
   ATTN_RETURN_IF_ERROR(d_ws.Alloc(plan->workspace_bytes));
   CUDA_OK(cudaMemset(d_ws.get(), 0xff, std::max<size_t>(plan->workspace_bytes, 256)));
+  CUDA_OK(cudaDeviceSynchronize());  // the memset is on the legacy stream; the run is not
   DecodeQueries dq;
   dq.q = d_q.get();
   dq.q_offsets = d_qoff.as<int64_t>();
