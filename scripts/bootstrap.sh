@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev googletest libssl-dev zlib1g-dev libc-ares-dev libre2-dev
   prometheus python3 python3-venv python3-pip
 )
-PY_PACKAGES=(numpy grpcio protobuf pytest)
+PY_PACKAGES=(numpy grpcio protobuf pytest matplotlib)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,6 +1,10 @@
-// attention-loadgen: closed-loop load generator for attention.v1.AttentionService.
+// attention-loadgen: closed- and open-loop load generator for attention.v1.AttentionService.
 // Replays the Azure LLM inference 2023 traces (or a fixed size), optionally verifies a sample of
-// responses against a float64 oracle, and prints a report. See `attention-loadgen --help`.
+// responses against a float64 oracle, and prints a report; `sweep` reproduces the codelab's
+// tables (CSV + PNG). See `attention-loadgen --help` and `attention-loadgen sweep --help`.
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -8,12 +12,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "loadgen/dtype_codec.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
+#include "loadgen/sweep.h"
 #include "loadgen/trace.h"
 #include "loadgen/verify.h"
 #include "loadgen/workload.h"
@@ -21,6 +27,11 @@
 #ifndef ATTN_LOADGEN_DATA_DIR
 #define ATTN_LOADGEN_DATA_DIR ""
 #endif
+#ifndef ATTN_LOADGEN_PLOT_SCRIPT
+#define ATTN_LOADGEN_PLOT_SCRIPT ""
+#endif
+
+extern char** environ;
 
 namespace attn::loadgen {
 namespace {
@@ -76,9 +87,226 @@ std::string Trim(double x) {
   return buf;
 }
 
+// plot_sweep.py: the source tree's (compile definition), else next to the binary, else an
+// installed tree's share/attention-server.
+std::string DefaultPlotScript() {
+  const std::string exe_dir = ExecutableDir();
+  const std::vector<std::string> candidates = {
+      ATTN_LOADGEN_PLOT_SCRIPT, exe_dir + "/plot_sweep.py",
+      exe_dir + "/../share/attention-server/plot_sweep.py"};
+  for (const auto& c : candidates) {
+    if (!c.empty() && FileExists(c)) return c;
+  }
+  return candidates.front();
+}
+
+// Runs `argv` (PATH lookup) and returns its exit status, -1 if it could not be started.
+int RunProcess(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  if (!WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
+}
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+struct SweepArgs {
+  RunOptions run;
+  std::string backends = "cpu";
+  std::string kind;
+  std::vector<int64_t> seqs = {128, 256, 512, 1024};
+  std::vector<int64_t> batches = {1, 2, 4, 8};
+  int64_t tokens = 256;
+  int64_t requests = 10;
+  int64_t warmup = 1;
+  std::string dtype_name = "bf16";
+  std::string causal_name = "bottom_right";
+  std::string out_dir = ".";
+  std::string plot = "required";
+  std::string python = "python3";
+  std::string plot_script;
+  bool quiet = false;
+};
+
+int RunSweep(const SweepArgs& a) {
+  std::vector<std::string> backends;
+  {
+    std::stringstream ss(a.backends);
+    std::string b;
+    while (std::getline(ss, b, ',')) {
+      if (!b.empty()) backends.push_back(b);
+    }
+  }
+  if (backends.empty()) backends.push_back("");
+  std::string error;
+  const std::vector<SweepPoint> points =
+      SweepPoints(a.kind, a.run.shape, a.tokens, a.seqs, a.batches, &error);
+  if (points.empty()) {
+    std::cerr << "attention-loadgen sweep: " << error << "\n";
+    return kExitCannotStart;
+  }
+  for (const SweepPoint& p : points) {
+    if (const std::string e = ValidateShape(p.shape); !e.empty()) {
+      std::cerr << "attention-loadgen sweep: " << p.label << ": " << e << "\n";
+      return kExitCannotStart;
+    }
+  }
+  mkdir(a.out_dir.c_str(), 0755);
+  const std::string csv_path = a.out_dir + "/sweep-" + a.kind + ".csv";
+  const std::string png_path = a.out_dir + "/sweep-" + a.kind + ".png";
+  std::vector<SweepRow> rows;
+  bool any_error = false;
+  for (const SweepPoint& point : points) {
+    for (const std::string& backend : backends) {
+      RunOptions run = a.run;
+      run.shape = point.shape;
+      run.shape.backend = backend;
+      run.duration_s = 0;
+      const RequestPlan plan = RequestPlan::Fixed(point.tokens);
+      if (a.warmup > 0) {
+        run.max_requests = a.warmup;
+        const RunResult warm = RunClosedLoop(run, plan);
+        if (!warm.stop_reason.empty()) {
+          std::cerr << "attention-loadgen sweep: " << warm.stop_reason << "\n";
+          return kExitCannotStart;
+        }
+      }
+      run.max_requests = a.requests;
+      Progress progress(!a.quiet);
+      run.progress = &progress;
+      if (!a.quiet) std::cerr << "sweep " << a.kind << " " << point.label << " " << backend << "\n";
+      progress.Start();
+      RunResult result = RunClosedLoop(run, plan);
+      progress.Stop();
+      RunInfo info;
+      info.target = run.target;
+      info.backend = backend;
+      info.concurrency = run.concurrency;
+      info.stop_reason = result.stop_reason;
+      SweepRow row{point, backend.empty() ? "(default)" : backend,
+                   BuildReport(info, result.samples, result.wall_s)};
+      if (row.report.ok != row.report.sent) {
+        any_error = true;
+        for (const auto& [code, count] : row.report.errors) {
+          std::cerr << "attention-loadgen sweep: " << point.label << " " << backend << ": "
+                    << count << " x " << code << " (" << row.report.first_messages.at(code)
+                    << ")\n";
+        }
+      }
+      rows.push_back(std::move(row));
+      if (!result.stop_reason.empty()) {
+        std::cerr << "attention-loadgen sweep: " << result.stop_reason << "\n";
+        return kExitCannotStart;
+      }
+    }
+  }
+  std::cout << FormatSweepTable(a.kind, rows) << std::flush;
+  if (!WriteFile(csv_path, SweepCsv(a.kind, rows))) {
+    std::cerr << "attention-loadgen sweep: cannot write " << csv_path << "\n";
+    return kExitCannotStart;
+  }
+  std::cout << "wrote " << csv_path << "\n";
+  int status = 0;
+  if (a.plot != "off") {
+    const std::string script = a.plot_script.empty() ? DefaultPlotScript() : a.plot_script;
+    const int rc = RunProcess({a.python, script, csv_path, png_path, a.kind});
+    if (rc == 0) {
+      std::cout << "wrote " << png_path << "\n";
+    } else {
+      std::cerr << "attention-loadgen sweep: warning: no plot written ("
+                << (rc < 0 ? "cannot run " + a.python
+                           : rc == 3 ? "matplotlib is missing: python3 -m pip install matplotlib"
+                                     : a.python + " " + script + " exited " + std::to_string(rc))
+                << "); the CSV is at " << csv_path << "\n";
+      if (a.plot == "required") status = 3;
+    }
+  }
+  std::cout << std::flush;
+  if (status == 0 && any_error) status = 1;
+  return status;
+}
+
+void AddSweepCommand(CLI::App* app, SweepArgs* a) {
+  CLI::App* sweep = app->add_subcommand(
+      "sweep",
+      "Reproduce the codelab's tables: a sequence-length, batch or MHA/GQA/MQA sweep across "
+      "backends. Each (point, backend) runs --warmup then --requests closed-loop fixed requests; "
+      "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time) and "
+      "writes OUT/sweep-<kind>.csv and OUT/sweep-<kind>.png (via plot_sweep.py and matplotlib)");
+  sweep->add_option("--target", a->run.target, "Server address host:port")->capture_default_str();
+  sweep->add_option("--backends", a->backends, "Comma-separated backends to compare")
+      ->capture_default_str();
+  sweep->add_option("--sweep", a->kind, "seq: sequence lengths; batch: batch sizes; heads: MHA "
+                                        "(K=N), GQA (K=N/4), MQA (K=1)")
+      ->check(CLI::IsMember({"seq", "batch", "heads"}))
+      ->required();
+  sweep->add_option("--seq", a->seqs, "Tokens (T = S) of the seq sweep")
+      ->delimiter(',')
+      ->capture_default_str();
+  sweep->add_option("--batches", a->batches, "Batch sizes of the batch sweep")
+      ->delimiter(',')
+      ->capture_default_str();
+  sweep->add_option("--tokens", a->tokens, "Tokens per request of the batch and heads sweeps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--batch", a->run.shape.batch, "B (seq and heads sweeps)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--heads", a->run.shape.heads, "N, query heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--kv-heads", a->run.shape.kv_heads, "K (seq and batch sweeps)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--head-dim", a->run.shape.head_dim, "H")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--dtype", a->dtype_name, "Input/output dtype")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  sweep->add_option("--causal", a->causal_name, "Causal alignment of the mask")
+      ->check(CLI::IsMember({"top_left", "bottom_right", "none"}))
+      ->capture_default_str();
+  sweep->add_option("--requests", a->requests, "Measured requests per point and backend")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--warmup", a->warmup, "Unmeasured requests first (per point and backend)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sweep->add_option("--concurrency", a->run.concurrency, "Closed-loop workers")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sweep->add_option("--deadline-ms", a->run.deadline_ms, "Per-call deadline")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sweep->add_option("--seed", a->run.seed, "Seed of the inputs")->capture_default_str();
+  sweep->add_option("--out", a->out_dir, "Directory for sweep-<kind>.csv and .png")
+      ->capture_default_str();
+  sweep->add_option("--plot", a->plot,
+                    "required: exit 3 when the PNG cannot be made (CSV still written); "
+                    "optional: warn only; off: no PNG")
+      ->check(CLI::IsMember({"required", "optional", "off"}))
+      ->capture_default_str();
+  sweep->add_option("--python", a->python, "Python interpreter for the plot")
+      ->capture_default_str();
+  sweep->add_option("--plot-script", a->plot_script,
+                    "plot_sweep.py to use [default: " + DefaultPlotScript() + "]");
+  sweep->add_flag("--quiet", a->quiet, "No progress lines on stderr");
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
-      "attention-loadgen: closed-loop load generator for attention.v1.AttentionService.\n"
+      "attention-loadgen: closed- and open-loop load generator for "
+      "attention.v1.AttentionService.\n"
       "Each request is one causal self-attention problem (T = S = its tokens) with random normal\n"
       "inputs; the trace workload takes the tokens (and optionally the arrival times) from a\n"
       "real request trace. Prints a report (requests, errors by status code, throughput,\n"
@@ -96,7 +324,13 @@ int Main(int argc, char** argv) {
   std::string dtype_name = "bf16";
   std::string causal_name = "bottom_right";
   std::string json_path;
+  std::string csv_path;
+  std::string mode = "closed";
+  bool quiet = false;
   bool fail_on_error = false;
+  SweepArgs sweep_args;
+  AddSweepCommand(&app, &sweep_args);
+  app.require_subcommand(0, 1);
 
   app.add_option("--target", run.target, "Server address host:port")->capture_default_str();
   app.add_option("--workload", workload, "trace: replay --trace; fixed: --fixed-tokens each")
@@ -115,6 +349,18 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--duration", duration_s, "Stop issuing requests after this many seconds")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--mode", mode,
+                 "closed: --concurrency workers, one call each in flight; open: Poisson "
+                 "arrivals at --rate through async calls, latency from the scheduled send time")
+      ->check(CLI::IsMember({"closed", "open"}))
+      ->capture_default_str();
+  app.add_option("--rate", run.rate, "Open loop: mean arrivals per second (required there)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-in-flight", run.max_in_flight,
+                 "Open loop: cap on outstanding calls; an arrival finding it full waits for a "
+                 "slot (counted as client overload; latency still from its scheduled time)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--concurrency", run.concurrency,
                  "Closed-loop workers, each with its own channel and one request in flight")
       ->check(CLI::Range(1, 4096))
@@ -175,10 +421,24 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 2047))
       ->capture_default_str();
   app.add_option("--json", json_path, "Also write the report as JSON to this path");
+  app.add_option("--csv", csv_path, "Also write the summary as CSV (header + one row) here");
+  app.add_flag("--quiet", quiet, "No progress line on stderr (printed once a second otherwise)");
   app.add_flag("--fail-on-error", fail_on_error,
                "Exit 1 if any request failed or any verified response mismatched");
   CLI11_PARSE(app, argc, argv);
 
+  if (app.got_subcommand("sweep")) {
+    SweepArgs& a = sweep_args;
+    if (!ParseDType(a.dtype_name, &a.run.shape.dtype)) return kExitCannotStart;
+    a.run.shape.causal = a.causal_name == "top_left"       ? attention::v1::CAUSAL_TOP_LEFT
+                         : a.causal_name == "bottom_right" ? attention::v1::CAUSAL_BOTTOM_RIGHT
+                                                           : attention::v1::CAUSAL_NONE;
+    return RunSweep(a);
+  }
+  if (mode == "open" && run.rate <= 0) {
+    std::cerr << "attention-loadgen: --mode open needs --rate R (requests/s)\n";
+    return kExitCannotStart;
+  }
   if (!ParseDType(dtype_name, &run.shape.dtype)) return kExitCannotStart;
   run.shape.causal = causal_name == "top_left"       ? attention::v1::CAUSAL_TOP_LEFT
                      : causal_name == "bottom_right" ? attention::v1::CAUSAL_BOTTOM_RIGHT
@@ -229,14 +489,27 @@ int Main(int argc, char** argv) {
                " H=" + std::to_string(run.shape.head_dim) + " " + DTypeName(run.shape.dtype) +
                " causal=" + CausalName(run.shape.causal) + (run.shape.return_lse ? " +lse" : "");
   info.backend = run.shape.backend;
+  info.mode = mode;
   info.concurrency = run.concurrency;
+  info.rate = mode == "open" ? run.rate : 0;
+  info.max_in_flight = mode == "open" ? run.max_in_flight : 0;
   info.verify_fraction = run.verify_fraction;
   info.tolerance = ToleranceFor(run.shape.dtype);
 
-  RunResult result = RunClosedLoop(run, plans.front());
+  Progress progress(!quiet);
+  run.progress = &progress;
+  progress.Start();
+  RunResult result =
+      mode == "open" ? RunOpenLoop(run, plans.front()) : RunClosedLoop(run, plans.front());
+  progress.Stop();
   info.stop_reason = result.stop_reason;
-  const Report report = BuildReport(info, result.samples, result.wall_s);
+  const Report report = BuildReport(info, result.samples, result.wall_s, result.client_overload);
   std::cout << FormatReport(report) << std::flush;
+
+  if (!csv_path.empty() && !WriteFile(csv_path, CsvHeader() + "\n" + CsvRow(report) + "\n")) {
+    std::cerr << "attention-loadgen: cannot write " << csv_path << "\n";
+    return kExitCannotStart;
+  }
 
   if (!json_path.empty()) {
     nlohmann::json j = ReportToJson(report);

@@ -1,5 +1,6 @@
 #include "loadgen/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -36,11 +37,15 @@ nlohmann::json Number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 }  // namespace
 
-Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s) {
+Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s,
+                   int64_t client_overload) {
   Report r;
   r.info = info;
   r.wall_s = wall_s;
-  std::vector<double> latencies;
+  r.client_overload = client_overload;
+  HdrHistogram latency_us;
+  double latency_sum_ms = 0;
+  double latency_max_ms = 0;
   std::array<std::vector<double>, 7> phases;
   for (const Sample& s : samples) {
     ++r.sent;
@@ -51,7 +56,11 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
     }
     ++r.ok;
     r.query_tokens += s.query_tokens;
-    latencies.push_back(s.latency_ms);
+    latency_us.Record(static_cast<int64_t>(std::llround(s.latency_ms * 1000.0)));
+    latency_sum_ms += s.latency_ms;
+    latency_max_ms = std::max(latency_max_ms, s.latency_ms);
+    r.flops += s.flops;
+    r.kernel_s += static_cast<double>(s.phase_us[3]) * 1e-6;
     for (size_t p = 0; p < phases.size(); ++p)
       phases[p].push_back(static_cast<double>(s.phase_us[p]));
     ++r.backends[s.backend.empty() ? "(none)"
@@ -70,7 +79,15 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
       }
     }
   }
-  r.latency_ms = Summarize(std::move(latencies));
+  if (latency_us.count() > 0) {
+    r.latency_ms.count = latency_us.count();
+    r.latency_ms.mean = latency_sum_ms / static_cast<double>(latency_us.count());
+    r.latency_ms.p50 = latency_us.Percentile(50) / 1000.0;
+    r.latency_ms.p90 = latency_us.Percentile(90) / 1000.0;
+    r.latency_ms.p99 = latency_us.Percentile(99) / 1000.0;
+    r.latency_ms.max = latency_max_ms;
+  }
+  if (r.kernel_s > 0) r.tflops = r.flops / r.kernel_s / 1e12;
   for (size_t p = 0; p < phases.size(); ++p) r.phases_us[kPhaseNames[p]] = Summarize(phases[p]);
   if (wall_s > 0) {
     r.requests_per_s = static_cast<double>(r.ok) / wall_s;
@@ -86,7 +103,13 @@ std::string FormatReport(const Report& r) {
   out << Row("workload", r.info.workload);
   out << Row("shape", r.info.shape);
   out << Row("backend", r.info.backend.empty() ? "(server default)" : r.info.backend);
-  out << Row("concurrency", std::to_string(r.info.concurrency));
+  if (r.info.mode == "open") {
+    out << Row("mode", "open loop, Poisson arrivals at " + Format("%.2f", r.info.rate) +
+                           " requests/s (max in flight " + std::to_string(r.info.max_in_flight) +
+                           "); latency from the scheduled send time");
+  } else {
+    out << Row("mode", "closed loop, concurrency " + std::to_string(r.info.concurrency));
+  }
   if (!r.info.stop_reason.empty()) out << Row("stopped early", r.info.stop_reason);
   const int64_t errors = r.sent - r.ok;
   out << Row("requests", "sent " + std::to_string(r.sent) + ", ok " + std::to_string(r.ok) +
@@ -95,6 +118,11 @@ std::string FormatReport(const Report& r) {
     std::string msg = r.first_messages.at(code);
     if (msg.size() > 120) msg = msg.substr(0, 117) + "...";
     out << Row("  " + code, std::to_string(count) + "  (first: \"" + msg + "\")");
+  }
+  if (r.info.mode == "open") {
+    out << Row("client overload", std::to_string(r.client_overload) +
+                                      " arrivals waited for an in-flight slot (latency still "
+                                      "from the scheduled time)");
   }
   out << Row("wall time", Format("%.3f s", r.wall_s));
   out << Row("throughput", Format("%.2f requests/s, ", r.requests_per_s) +
@@ -112,6 +140,9 @@ std::string FormatReport(const Report& r) {
     }
   } else {
     out << Row("latency (ms)", "n/a (no successful request)");
+  }
+  if (r.kernel_s > 0) {
+    out << Row("achieved", Format("%.4f TFLOP/s", r.tflops) + " (server flops / kernel time)");
   }
   std::string backends;
   for (const auto& [name, count] : r.backends) {
@@ -137,7 +168,14 @@ nlohmann::json ReportToJson(const Report& r) {
   j["workload"] = r.info.workload;
   j["shape"] = r.info.shape;
   j["backend"] = r.info.backend;
+  j["mode"] = r.info.mode;
   j["concurrency"] = r.info.concurrency;
+  j["rate"] = r.info.rate;
+  j["max_in_flight"] = r.info.max_in_flight;
+  j["client_overload"] = r.client_overload;
+  j["flops"] = r.flops;
+  j["kernel_s"] = r.kernel_s;
+  j["tflops"] = r.tflops;
   j["stop_reason"] = r.info.stop_reason;
   j["requests"] = {{"sent", r.sent}, {"ok", r.ok}, {"errors", r.sent - r.ok}};
   j["errors"] = nlohmann::json::object();
@@ -162,6 +200,45 @@ nlohmann::json ReportToJson(const Report& r) {
                        {"worst_row_rel_error", Number(r.worst_row_rel_error)},
                        {"first_mismatch", r.first_mismatch}};
   return j;
+}
+
+std::string CsvField(const std::string& field) {
+  if (field.find_first_of(",\"\n\r") == std::string::npos) return field;
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CsvHeader() {
+  return "mode,target,workload,shape,backend,concurrency,rate,max_in_flight,sent,ok,errors,"
+         "client_overload,wall_s,requests_per_s,tokens_per_s,latency_p50_ms,latency_p90_ms,"
+         "latency_p99_ms,latency_max_ms,latency_mean_ms,tflops,verified,mismatches";
+}
+
+std::string CsvRow(const Report& r) {
+  auto num = [](double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.6g", x);
+    return std::string(buf);
+  };
+  std::string row;
+  bool first = true;
+  for (const std::string& f :
+       {r.info.mode, r.info.target, r.info.workload, r.info.shape, r.info.backend,
+        std::to_string(r.info.concurrency), num(r.info.rate), std::to_string(r.info.max_in_flight),
+        std::to_string(r.sent), std::to_string(r.ok), std::to_string(r.sent - r.ok),
+        std::to_string(r.client_overload), num(r.wall_s), num(r.requests_per_s),
+        num(r.tokens_per_s), num(r.latency_ms.p50), num(r.latency_ms.p90), num(r.latency_ms.p99),
+        num(r.latency_ms.max), num(r.latency_ms.mean), num(r.tflops), std::to_string(r.verified),
+        std::to_string(r.mismatches)}) {
+    if (!first) row += ",";
+    first = false;
+    row += CsvField(f);
+  }
+  return row;
 }
 
 }  // namespace attn::loadgen

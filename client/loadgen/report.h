@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loadgen/hdr_histogram.h"
 #include "loadgen/stats.h"
 
 namespace attn::loadgen {
@@ -23,6 +24,7 @@ struct Sample {
   std::string error_message;          // empty when OK
   double latency_ms = 0;              // from the scheduled (or actual) send to the response
   int64_t query_tokens = 0;           // B × T
+  double flops = 0;                   // ExecutionReport.flops
   std::array<int64_t, 7> phase_us{};  // ExecutionReport.times, kPhaseNames order
   std::string backend;                // ExecutionReport.backend
   std::string device;                 // ExecutionReport.device
@@ -39,7 +41,10 @@ struct RunInfo {
   std::string workload;  // e.g. "trace AzureLLMInferenceTrace_conv.csv" or "fixed 1024 tokens"
   std::string shape;     // e.g. "B=1 N=8 K=8 H=64 bf16 causal=bottom_right"
   std::string backend;   // requested backend, empty: server default
-  int concurrency = 1;
+  std::string mode = "closed";  // closed | open
+  int concurrency = 1;          // closed loop
+  double rate = 0;              // open loop: requests/s
+  int max_in_flight = 0;        // open loop
   double verify_fraction = 0;
   double tolerance = 0;     // verification tolerance for the dtype
   std::string stop_reason;  // why the run ended early (empty if it ran to completion)
@@ -56,7 +61,11 @@ struct Report {
   int64_t query_tokens = 0;                  // over OK requests
   double requests_per_s = 0;                 // OK requests / wall time
   double tokens_per_s = 0;                   // OK query tokens / wall time
-  Summary latency_ms;                        // over OK requests
+  Summary latency_ms;                        // over OK requests (HDR histogram, ~3 digits)
+  int64_t client_overload = 0;               // open loop: arrivals that waited for a slot
+  double flops = 0;                          // sum of ExecutionReport.flops over OK requests
+  double kernel_s = 0;                       // sum of kernel times over OK requests
+  double tflops = 0;                         // flops / kernel_s / 1e12 (0 without kernel time)
   std::map<std::string, Summary> phases_us;  // by kPhaseNames, over OK requests
   std::map<std::string, int64_t> backends;   // "backend on device" -> count
   int64_t verified = 0;
@@ -67,12 +76,21 @@ struct Report {
 };
 
 /// Aggregates `samples` of a run that took `wall_s` seconds.
-Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s);
+/// Latency percentiles come from an HdrHistogram of microseconds (mean and max exact).
+Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s,
+                   int64_t client_overload = 0);
 
 /// The report as aligned, human-readable text (ends with a newline).
 std::string FormatReport(const Report& report);
 
 /// The report as JSON (same content as the text).
 nlohmann::json ReportToJson(const Report& report);
+
+/// The CSV header and one summary row of a report (RFC 4180 quoting), each without newline.
+std::string CsvHeader();
+std::string CsvRow(const Report& report);
+
+/// Quotes a CSV field when needed.
+std::string CsvField(const std::string& field);
 
 }  // namespace attn::loadgen

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <condition_variable>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <thread>
 
 #include "attention/v1/attention.grpc.pb.h"
+#include "loadgen/random_normal.h"
 #include "loadgen/verify.h"
 
 namespace attn::loadgen {
@@ -118,6 +121,7 @@ class Runner {
         const auto& t = response.report().times();
         s.phase_us = {t.decode_us(),         t.queue_us(),  t.host_to_device_us(), t.kernel_us(),
                       t.device_to_host_us(), t.encode_us(), t.total_us()};
+        s.flops = response.report().flops();
         s.backend = response.report().backend();
         s.device = response.report().device();
         if (ShouldVerify(options_.seed, index, options_.verify_fraction)) {
@@ -129,6 +133,7 @@ class Runner {
           s.mismatch_detail = c.detail;
         }
       }
+      if (options_.progress) options_.progress->Record(s.latency_ms, status.ok());
       samples->push_back(std::move(s));
       std::lock_guard<std::mutex> lock(mutex_);
       last_done_ = std::max(last_done_, done);
@@ -145,7 +150,159 @@ class Runner {
   Clock::time_point last_done_{};
 };
 
+// Fills the OK part of a sample from a response (and verifies it when sampled).
+void FillOk(const RunOptions& options, int64_t index, int64_t tokens,
+            const attention::v1::AttendRequest& request,
+            const attention::v1::AttendResponse& response, Sample* s) {
+  s->query_tokens = options.shape.batch * tokens;
+  const auto& t = response.report().times();
+  s->phase_us = {t.decode_us(),         t.queue_us(),  t.host_to_device_us(), t.kernel_us(),
+                 t.device_to_host_us(), t.encode_us(), t.total_us()};
+  s->flops = response.report().flops();
+  s->backend = response.report().backend();
+  s->device = response.report().device();
+  if (ShouldVerify(options.seed, index, options.verify_fraction)) {
+    const Comparison c = VerifyAttend(request, response);
+    s->verified = true;
+    s->mismatch = !c.pass;
+    s->rel_error = c.rel_error;
+    s->worst_row_rel_error = c.worst_row_rel_error;
+    s->mismatch_detail = c.detail;
+  }
+}
+
+class OpenRunner {
+ public:
+  OpenRunner(const RunOptions& options, const RequestPlan& plan) : options_(options), plan_(plan) {}
+
+  RunResult Run() {
+    const int channels = 4;  // a few connections so one HTTP/2 stream limit does not cap us
+    const auto connect_deadline = std::chrono::system_clock::now() +
+                                  std::chrono::milliseconds(options_.connect_timeout_ms);
+    bool connected = true;
+    for (int i = 0; i < channels; ++i) {
+      channels_.push_back(MakeChannel(options_));
+      stubs_.push_back(attention::v1::AttentionService::NewStub(channels_.back()));
+      if (connected && !Connect(channels_.back().get(), connect_deadline)) connected = false;
+    }
+    start_ = Clock::now();
+    PoissonArrivals arrivals(options_.rate, SplitMix64(options_.seed ^ 0x0a11a1u));
+    double t = 0;
+    const int max_in_flight = std::max(1, options_.max_in_flight);
+    for (int64_t index = 0;; ++index) {
+      if (options_.max_requests >= 0 && index >= options_.max_requests) break;
+      if (index > 0) t += arrivals.Next();
+      if (options_.duration_s > 0 && t >= options_.duration_s) break;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stop_reason_.empty()) break;
+      }
+      const PlannedRequest planned = plan_.At(index);
+      auto call = std::make_unique<Call>();
+      call->index = index;
+      call->tokens = planned.tokens;
+      call->scheduled =
+          start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
+      BuildAttendRequest(options_.shape, planned.tokens, RequestSeed(options_.seed, index),
+                         &call->request);
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (in_flight_ >= max_in_flight) {
+          ++overload_;
+          if (options_.progress) options_.progress->RecordOverload();
+          cv_.wait(lock, [&] { return in_flight_ < max_in_flight; });
+        }
+        ++in_flight_;
+      }
+      std::this_thread::sleep_until(call->scheduled);
+      int64_t deadline_ms = options_.deadline_ms;
+      if (!connected) deadline_ms = std::min(deadline_ms, options_.connect_timeout_ms);
+      call->context.set_deadline(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(deadline_ms));
+      Call* raw = call.release();
+      stubs_[static_cast<size_t>(index % channels)]->async()->Attend(
+          &raw->context, &raw->request, &raw->response,
+          [this, raw, connected](grpc::Status status) { Done(raw, status, connected); });
+      if (!connected) break;  // one call reports gRPC's own failure; then stop
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return in_flight_ == 0; });
+    RunResult result;
+    result.wall_s = last_done_ > start_ ? std::chrono::duration<double>(last_done_ - start_).count()
+                                        : 0;
+    result.samples = std::move(samples_);
+    std::sort(result.samples.begin(), result.samples.end(),
+              [](const Sample& a, const Sample& b) { return a.index < b.index; });
+    result.stop_reason = stop_reason_;
+    result.client_overload = overload_;
+    return result;
+  }
+
+ private:
+  struct Call {
+    int64_t index = 0;
+    int64_t tokens = 0;
+    Clock::time_point scheduled;
+    grpc::ClientContext context;
+    attention::v1::AttendRequest request;
+    attention::v1::AttendResponse response;
+  };
+
+  void Done(Call* raw, const grpc::Status& status, bool connected) {
+      std::unique_ptr<Call> call(raw);
+    const auto done = Clock::now();
+    Sample s;
+    s.index = call->index;
+    s.latency_ms = std::chrono::duration<double, std::milli>(done - call->scheduled).count();
+    s.status = StatusCodeName(status.error_code());
+    if (!status.ok()) {
+      s.error_message = status.error_message();
+    } else {
+      FillOk(options_, call->index, call->tokens, call->request, call->response, &s);
+    }
+    if (options_.progress) options_.progress->Record(s.latency_ms, status.ok());
+    call.reset();  // before the runner may return and drop the channels
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!status.ok() && !connected && stop_reason_.empty()) {
+      stop_reason_ = "target unreachable: no connection to " + options_.target +
+                     " (connect timeout " + std::to_string(options_.connect_timeout_ms) +
+                     " ms); " + s.status + ": " + s.error_message;
+    }
+    samples_.push_back(std::move(s));
+    last_done_ = std::max(last_done_, done);
+    --in_flight_;
+    cv_.notify_all();
+  }
+
+  const RunOptions& options_;
+  const RequestPlan& plan_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<attention::v1::AttentionService::Stub>> stubs_;
+  Clock::time_point start_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+  int64_t overload_ = 0;
+  std::vector<Sample> samples_;
+  std::string stop_reason_;
+  Clock::time_point last_done_{};
+};
+
 }  // namespace
+
+PoissonArrivals::PoissonArrivals(double rate, uint64_t seed) : rate_(rate), state_(seed) {}
+
+double PoissonArrivals::Next() {
+  const uint64_t h = SplitMix64(state_++);
+  // Uniform in (0, 1]: never log(0).
+  const double u = (static_cast<double>(h >> 11) + 1.0) * 0x1.0p-53;
+  return -std::log(u) / rate_;
+}
+
+RunResult RunOpenLoop(const RunOptions& options, const RequestPlan& plan) {
+  OpenRunner runner(options, plan);
+  return runner.Run();
+}
 
 std::string StatusCodeName(grpc::StatusCode code) {
   switch (code) {

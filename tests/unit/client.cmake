@@ -1,5 +1,6 @@
 # Client unit tests (attention-loadgen logic): trace parsing, token scaling, percentiles,
-# fp16/bf16 encoding, the float64 oracle and the verification metric. No network.
+# fp16/bf16 encoding, the float64 oracle and the verification metric, the HDR histogram,
+# Poisson arrivals, CSV/report output and sweep points. No network.
 # Included from tests/unit/CMakeLists.txt; needs the attn_loadgen target (ATTN_SERVER=ON).
 if(TARGET attn_loadgen)
   add_executable(attn_client_unit_tests
@@ -8,7 +9,9 @@ if(TARGET attn_loadgen)
     ${CMAKE_CURRENT_LIST_DIR}/client_stats_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_dtype_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_oracle_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/client_verify_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/client_verify_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_hdr_histogram_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_open_loop_test.cc)
   target_link_libraries(attn_client_unit_tests PRIVATE attn_loadgen GTest::gtest_main)
   target_compile_definitions(attn_client_unit_tests PRIVATE
     ATTN_CLIENT_DATA_DIR="${CMAKE_CURRENT_LIST_DIR}/../../client/data")
