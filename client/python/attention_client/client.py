@@ -1,0 +1,356 @@
+"""AttentionClient: a thin, typed Python client for attention-server (attention.v1)."""
+import dataclasses
+import math
+from typing import Optional
+
+import grpc
+import numpy as np
+
+from . import tensors as _t
+from ._pb import attention_pb2 as pb
+from ._pb import attention_pb2_grpc as pb_grpc
+from ._pb import sequence_pb2 as spb
+from ._pb import sequence_pb2_grpc as spb_grpc
+from .errors import InvalidArgument, NotFound, from_code, from_rpc_error
+
+_CAUSAL = {None: pb.CAUSAL_NONE, "none": pb.CAUSAL_NONE, "top_left": pb.CAUSAL_TOP_LEFT,
+           "bottom_right": pb.CAUSAL_BOTTOM_RIGHT}
+_PHASES = ("decode_us", "queue_us", "host_to_device_us", "kernel_us", "device_to_host_us",
+           "encode_us", "total_us")
+
+
+@dataclasses.dataclass
+class Report:
+    """What ran and how long it took (the server's ExecutionReport). Times in microseconds."""
+    backend: str
+    backend_reason: str
+    batch_size: int
+    batch_tokens: int
+    flops: float
+    device: str
+    times_us: dict  # phase name (decode, queue, host_to_device, kernel, device_to_host,
+                    # encode, total) → µs
+
+    @classmethod
+    def from_pb(cls, r):
+        return cls(backend=r.backend, backend_reason=r.backend_reason, batch_size=r.batch_size,
+                   batch_tokens=r.batch_tokens, flops=r.flops, device=r.device,
+                   times_us={p[:-3]: getattr(r.times, p) for p in _PHASES})
+
+
+@dataclasses.dataclass
+class AttendResult:
+    """Result of :meth:`AttentionClient.attend`.
+
+    o: output in q's layout, (B,T,N,H) padded or (total_q,N,H) varlen. numpy array of q's
+       dtype family (float32/float16; bfloat16 → ml_dtypes.bfloat16 if installed, else
+       float32), or a torch tensor of q's dtype and device when q was a torch tensor. Query
+       rows past q_lengths are zeros.
+    lse: float32 log-sum-exp of the scaled, masked logits, (B,N,T) or (N,total_q); -inf where
+       a row sees no key; None unless return_lse=True.
+    report: :class:`Report`.
+    """
+    o: object
+    lse: Optional[np.ndarray]
+    report: Report
+
+
+@dataclasses.dataclass
+class ExtendResult:
+    """Result of one Extend step: o (T,N,H) in the sequence's dtype (as AttendResult.o),
+    length (the layer's length after the step), replayed (True: an exact replay of the last
+    step, nothing appended), report."""
+    o: object
+    length: int
+    replayed: bool
+    report: Report
+
+
+def _lengths(x, name):
+    if x is None:
+        return []
+    out = [int(v) for v in np.asarray(x).reshape(-1)]
+    return out
+
+
+class AttentionClient:
+    """Client for one attention-server.
+
+    AttentionClient(target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
+                    channel=None)
+
+    target: "host:port". timeout: default per-call deadline in seconds (None: no deadline);
+    every method also takes timeout=. identity: sent as "x-attn-identity" metadata on every
+    call (owner of sequences; None: anonymous). max_message_bytes: gRPC send/receive limit of
+    this channel (the server has its own --max-message-bytes; over it: ResourceExhausted).
+    Use as a context manager or call close(). Thread-safe (one gRPC channel).
+    Every failed RPC raises an AttentionError subclass (see attention_client.errors).
+    """
+
+    def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
+                 channel=None):
+        self.target = target
+        self.timeout = timeout
+        self.identity = identity
+        opts = [("grpc.max_send_message_length", int(max_message_bytes)),
+                ("grpc.max_receive_message_length", int(max_message_bytes))]
+        self._channel = channel or grpc.insecure_channel(target, options=opts)
+        self._attn = pb_grpc.AttentionServiceStub(self._channel)
+        self._seq = spb_grpc.SequenceServiceStub(self._channel)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, stub_method, name, request, timeout, identity=None):
+        ident = self.identity if identity is None else identity
+        md = (("x-attn-identity", ident),) if ident is not None else None
+        try:
+            return stub_method(request, timeout=self.timeout if timeout is None else timeout,
+                               metadata=md)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, name) from None
+
+    # -- stateless --------------------------------------------------------------------------
+    def server_info(self, *, timeout=None):
+        """GetServerInfo → attention.v1.GetServerInfoResponse (protobuf message: version,
+        device_name, backends[] with capabilities, default_backend, max_message_bytes,
+        kv_cache, ...)."""
+        return self._call(self._attn.GetServerInfo, "GetServerInfo", pb.GetServerInfoRequest(),
+                          timeout)
+
+    def build_request(self, q, k, v, *, causal=None, window=None, q_lengths=None,
+                      kv_lengths=None, scale=None, backend=None, return_lse=False, varlen=None,
+                      dtype=None):
+        """The AttendRequest that attend() would send (see attend for the arguments)."""
+        qa, qwire = _t.to_numpy(q)
+        ka, kwire = _t.to_numpy(k)
+        va, vwire = _t.to_numpy(v)
+        if dtype is not None:
+            wire = _t.wire_dtype(dtype)
+        else:
+            wire = qwire if qwire is not None else _t.natural_wire_dtype(qa)
+        if varlen is None:
+            varlen = qa.ndim == 3
+        want = 3 if varlen else 4
+        for name, a in (("q", qa), ("k", ka), ("v", va)):
+            if a.ndim != want:
+                layout = "(total,heads,H) varlen" if varlen else "(B,len,heads,H) padded"
+                raise InvalidArgument(f"{name} must be rank {want} {layout}; got shape "
+                                      f"{a.shape}", None)
+        if isinstance(causal, bool):
+            raise InvalidArgument("causal must be None, 'top_left' or 'bottom_right' "
+                                  "(not a bool: say which alignment)")
+        if causal not in _CAUSAL:
+            raise InvalidArgument(f"causal must be None, 'top_left' or 'bottom_right'; "
+                                  f"got {causal!r}")
+        mask = pb.Mask(causal=_CAUSAL[causal])
+        if window is not None:
+            left, right = window
+            if left is not None:
+                mask.window_left = int(left)
+            if right is not None:
+                mask.window_right = int(right)
+        req = pb.AttendRequest(
+            layout=pb.LAYOUT_VARLEN if varlen else pb.LAYOUT_PADDED,
+            q=_t.encode(qa, wire), k=_t.encode(ka, wire), v=_t.encode(va, wire), mask=mask,
+            q_lengths=_lengths(q_lengths, "q_lengths"),
+            kv_lengths=_lengths(kv_lengths, "kv_lengths"),
+            backend=backend or "", return_lse=bool(return_lse))
+        if scale is not None:
+            req.scale = float(scale)
+        return req
+
+    def attend(self, q, k, v, *, causal=None, window=None, q_lengths=None, kv_lengths=None,
+               scale=None, backend=None, return_lse=False, varlen=None, dtype=None,
+               timeout=None):
+        """O = softmax(scale · Q Kᵀ + mask) V on the server.
+
+        Shapes (JAX layout): padded q (B,T,N,H), k and v (B,S,K,H); varlen (packed)
+        q (total_q,N,H), k and v (total_kv,K,H) with q_lengths/kv_lengths (B) required and
+        summing to the totals. N % K == 0 (GQA/MQA when K < N). `varlen` defaults to
+        q.ndim == 3.
+        Inputs: numpy arrays or torch tensors. dtype on the wire: `dtype` ("float32",
+        "float16", "bfloat16") if given, else q's: float32 → FLOAT32, float16 → FLOAT16,
+        bfloat16 (torch or ml_dtypes) → BFLOAT16, float64 → FLOAT32. k and v are converted to
+        the same wire dtype. bf16 from float32 rounds to nearest even.
+        causal: None (no causal mask), "top_left" (keep j <= i) or "bottom_right"
+        (keep j <= i + S_b - T_b). window: (left, right) band around the diagonal, each an int
+        >= 0 or None (unbounded). q_lengths / kv_lengths: per-entry valid lengths (padding
+        beyond them is never read; an entry with 0 keys gives zero rows and lse -inf).
+        scale: softmax scale (default 1/sqrt(H)). backend: "auto", "cpu", "naive", "fused"...
+        (None: server default; a named backend that cannot run the input raises
+        FailedPrecondition). return_lse: also return the float32 log-sum-exp (natural log).
+        timeout: seconds (None: the client's default).
+
+        Returns AttendResult(o, lse, report). Raises InvalidArgument (bad shapes, dtypes,
+        lengths, unknown backend; the server's message names the field), FailedPrecondition,
+        ResourceExhausted, DeadlineExceeded, Unavailable, Internal (AttentionError subclasses).
+        """
+        req = self.build_request(q, k, v, causal=causal, window=window, q_lengths=q_lengths,
+                                 kv_lengths=kv_lengths, scale=scale, backend=backend,
+                                 return_lse=return_lse, varlen=varlen, dtype=dtype)
+        resp = self._call(self._attn.Attend, "Attend", req, timeout)
+        o = _t.decode(resp.o)
+        if _t._is_torch(q):
+            o = _t.to_torch(o, q)
+        lse = _t.decode(resp.lse) if return_lse and resp.HasField("lse") else None
+        return AttendResult(o=o, lse=lse, report=Report.from_pb(resp.report))
+
+    # -- sequences --------------------------------------------------------------------------
+    def create_sequence(self, num_layers, num_heads, num_kv_heads, head_dim, *,
+                        dtype="float32", kv_cache_dtype=None, reserve_tokens=0, scale=None,
+                        k_scales=None, v_scales=None, timeout=None):
+        """CreateSequence → :class:`Sequence` (a handle; use as a context manager to release).
+
+        num_layers >= 1; num_heads N, num_kv_heads K (N % K == 0); head_dim H (<= 1024).
+        dtype: q/k/v/o dtype of Extend ("float32", "float16", "bfloat16"). kv_cache_dtype:
+        None (= dtype), dtype, or "float8_e4m3" (with optional k_scales/v_scales, layer-major
+        (num_layers, num_kv_heads)). reserve_tokens: tokens per layer to reserve now.
+        scale: softmax scale (default 1/sqrt(H)). Raises InvalidArgument, ResourceExhausted.
+        """
+        kvd = pb.DTYPE_UNSPECIFIED
+        if kv_cache_dtype is not None:
+            s = str(kv_cache_dtype).lower()
+            kvd = pb.FLOAT8_E4M3 if s in ("float8_e4m3", "fp8", "e4m3", "float8_e4m3fn") \
+                else _t.wire_dtype(kv_cache_dtype)
+        req = spb.CreateSequenceRequest(
+            num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, dtype=_t.wire_dtype(dtype), kv_cache_dtype=kvd,
+            reserve_tokens=reserve_tokens,
+            k_scales=[float(x) for x in np.asarray(k_scales if k_scales is not None else [],
+                                                   dtype=np.float64).reshape(-1)],
+            v_scales=[float(x) for x in np.asarray(v_scales if v_scales is not None else [],
+                                                   dtype=np.float64).reshape(-1)])
+        if scale is not None:
+            req.scale = float(scale)
+        resp = self._call(self._seq.CreateSequence, "CreateSequence", req, timeout)
+        return Sequence(self, resp.sequence)
+
+    def sequence(self, sequence_id, *, timeout=None):
+        """A handle on an existing sequence (GetSequence; NotFound if unknown or foreign)."""
+        info = self._call(self._seq.GetSequence, "GetSequence",
+                          spb.GetSequenceRequest(sequence_id=sequence_id), timeout).sequence
+        return Sequence(self, info)
+
+    def _extend_request(self, seq, layer, position, q, k, v):
+        qa, qwire = _t.to_numpy(q)
+        ka, _ = _t.to_numpy(k)
+        va, _ = _t.to_numpy(v)
+        wire = seq.info.dtype
+        if position is None:
+            position = seq.layer_lengths[layer]
+        return spb.ExtendRequest(sequence_id=seq.id, layer=int(layer), position=int(position),
+                                 q=_t.encode(qa, wire), k=_t.encode(ka, wire),
+                                 v=_t.encode(va, wire))
+
+    @staticmethod
+    def _extend_result(resp, q):
+        o = _t.decode(resp.o)
+        if _t._is_torch(q):
+            o = _t.to_torch(o, q)
+        return ExtendResult(o=o, length=int(resp.length), replayed=bool(resp.replayed),
+                            report=Report.from_pb(resp.report))
+
+    def extend_batch(self, steps, *, timeout=None):
+        """ExtendBatch: one layer's step for many sequences.
+
+        steps: iterable of (sequence, layer, position, q, k, v) (position None: the handle's
+        known length). Returns a list, in order, of ExtendResult or the AttentionError
+        instance for a step that failed (the call itself raises only for request-level
+        problems)."""
+        steps = list(steps)
+        req = spb.ExtendBatchRequest(steps=[self._extend_request(*s) for s in steps])
+        resp = self._call(self._seq.ExtendBatch, "ExtendBatch", req, timeout)
+        out = []
+        for s, r in zip(steps, resp.results):
+            if r.code != 0:
+                out.append(from_code(r.code, r.message, "ExtendBatch"))
+            else:
+                res = self._extend_result(r.response, s[3])
+                s[0]._lengths[s[1]] = res.length
+                out.append(res)
+        return out
+
+
+class Sequence:
+    """A server-side sequence (paged KV cache) owned by the client's identity.
+
+    Attributes: id (32 hex digits), info (last SequenceInfo seen), layer_lengths (tokens per
+    layer as known to this handle). Context manager: release() on exit (NotFound ignored).
+    """
+
+    def __init__(self, client, info):
+        self._client = client
+        self.info = info
+        self.id = info.sequence_id
+        self._lengths = list(info.layer_lengths) or [0] * info.num_layers
+
+    @property
+    def layer_lengths(self):
+        return list(self._lengths)
+
+    def __repr__(self):
+        return f"Sequence({self.id}, lengths={self._lengths})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.release()
+        except NotFound:
+            pass
+
+    def _update(self, info):
+        self.info = info
+        self._lengths = list(info.layer_lengths)
+        return info
+
+    def extend(self, layer, position, q, k, v, *, timeout=None):
+        """Append k/v (T,K,H) at `position` of `layer` and attend q (T,N,H) over the whole
+        cache (bottom-right causal: row i sees keys j <= position + i).
+
+        position must equal the layer's current length (None: this handle's known length),
+        else FailedPrecondition (message gives the length). Arrays are converted to the
+        sequence's dtype. Returns ExtendResult(o (T,N,H), length, replayed, report)."""
+        req = self._client._extend_request(self, layer, position, q, k, v)
+        resp = self._client._call(self._client._seq.Extend, "Extend", req, timeout)
+        res = AttentionClient._extend_result(resp, q)
+        self._lengths[layer] = res.length
+        return res
+
+    def refresh(self, *, timeout=None):
+        """GetSequence → SequenceInfo (also updates this handle)."""
+        return self._update(self._client._call(
+            self._client._seq.GetSequence, "GetSequence",
+            spb.GetSequenceRequest(sequence_id=self.id), timeout).sequence)
+
+    def truncate(self, length, *, timeout=None):
+        """Cut every layer longer than `length` (>= 0) back to it → SequenceInfo."""
+        return self._update(self._client._call(
+            self._client._seq.TruncateSequence, "TruncateSequence",
+            spb.TruncateSequenceRequest(sequence_id=self.id, length=int(length)),
+            timeout).sequence)
+
+    def fork(self, length=None, *, timeout=None):
+        """ForkSequence (copy-on-write; optionally only the first `length` tokens) → the
+        child Sequence."""
+        req = spb.ForkSequenceRequest(sequence_id=self.id)
+        if length is not None:
+            req.length = int(length)
+        info = self._client._call(self._client._seq.ForkSequence, "ForkSequence", req,
+                                  timeout).sequence
+        return Sequence(self._client, info)
+
+    def release(self, *, timeout=None):
+        """ReleaseSequence → pages freed (pages still shared with forks stay)."""
+        return int(self._client._call(
+            self._client._seq.ReleaseSequence, "ReleaseSequence",
+            spb.ReleaseSequenceRequest(sequence_id=self.id), timeout).pages_freed)
