@@ -19,6 +19,7 @@
 #include "loadgen/dtype_codec.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
+#include "loadgen/session_workload.h"
 #include "loadgen/sweep.h"
 #include "loadgen/trace.h"
 #include "loadgen/verify.h"
@@ -53,12 +54,11 @@ std::string ExecutableDir() {
 // The default trace: the source tree's client/data (compile definition), else data/ next to the
 // binary, else ../data (a scripts/bundle.sh bundle), else ../share/attention-server/data (an
 // installed tree).
-std::string DefaultTracePath() {
+std::string DefaultTracePath(const std::string& name = kDefaultTrace) {
   const std::string exe_dir = ExecutableDir();
   const std::vector<std::string> candidates = {
-      std::string(ATTN_LOADGEN_DATA_DIR) + "/" + kDefaultTrace, exe_dir + "/data/" + kDefaultTrace,
-      exe_dir + "/../data/" + kDefaultTrace,
-      exe_dir + "/../share/attention-server/data/" + kDefaultTrace};
+      std::string(ATTN_LOADGEN_DATA_DIR) + "/" + name, exe_dir + "/data/" + name,
+      exe_dir + "/../data/" + name, exe_dir + "/../share/attention-server/data/" + name};
   for (const auto& c : candidates) {
     if (FileExists(c)) return c;
   }
@@ -333,9 +333,42 @@ int Main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   app.add_option("--target", run.target, "Server address host:port")->capture_default_str();
-  app.add_option("--workload", workload, "trace: replay --trace; fixed: --fixed-tokens each")
-      ->check(CLI::IsMember({"trace", "fixed"}))
+  app.add_option("--workload", workload,
+                 "trace: replay --trace; fixed: --fixed-tokens each; session: generation "
+                 "sessions on SequenceService (create, prefill, decode, release); mooncake: "
+                 "Mooncake trace replay with shared prefixes forked (ForkSequence)")
+      ->check(CLI::IsMember({"trace", "fixed", "session", "mooncake"}))
       ->capture_default_str();
+  SessionOptions session;
+  app.add_option("--layers", session.layers, "session/mooncake: layers per sequence")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--decode-api", session.decode_api,
+                 "session/mooncake: decode steps through extend (unary Extend), batch "
+                 "(ExtendBatch over up to --batch-sessions sessions of a worker; session only) "
+                 "or stream (one ExtendStream per session, per-message latency)")
+      ->check(CLI::IsMember({"extend", "batch", "stream"}))
+      ->capture_default_str();
+  app.add_option("--batch-sessions", session.batch_sessions,
+                 "session, --decode-api batch: concurrent sessions per worker decoded together")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--gen-scale", session.gen_scale,
+                 "session/mooncake: multiply the trace's generated tokens by this (rounded)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-gen", session.max_gen,
+                 "session/mooncake: upper clamp of decode steps per session (also the steps of "
+                 "each session when --fixed-tokens is given)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--prefix-cache-sequences", session.prefix_cache_sequences,
+                 "mooncake: live sequences kept for prefix sharing (LRU; evicted ones released)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_flag("--check-kv-released", session.check_kv_released,
+               "session/mooncake: at the end, call GetServerInfo and exit 1 unless the KV cache "
+               "has 0 pages used");
   app.add_option("--trace", trace_path,
                  "Trace file: Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or Mooncake "
                  ".jsonl [default: " +
@@ -380,7 +413,8 @@ int Main(int argc, char** argv) {
                  "no earlier than (t_i - t_0) x F s after start; latency counts from then")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--fixed-tokens", fixed_tokens, "Tokens per request of the fixed workload")
+  CLI::Option* fixed_opt =
+      app.add_option("--fixed-tokens", fixed_tokens, "Tokens per request of the fixed workload")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--batch", run.shape.batch, "B")
@@ -452,6 +486,100 @@ int Main(int argc, char** argv) {
     return kExitCannotStart;
   }
   run.duration_s = duration_s;
+
+  if (workload == "session" || workload == "mooncake") {
+    session.run = run;
+    session.workload = workload;
+    session.scaling = scaling;
+    if (workload == "mooncake" && session.decode_api == "batch") {
+      std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
+      return kExitCannotStart;
+    }
+    std::vector<SessionPlan> plans;
+    std::vector<MooncakeRequest> mooncake;
+    std::string description;
+    int64_t available = 0;
+    std::string error;
+    if (workload == "mooncake") {
+      if (trace_path.empty()) trace_path = DefaultTracePath("conversation_trace.jsonl");
+      if (!ReadMooncakeRequests(trace_path, &mooncake, &error)) {
+        std::cerr << "attention-loadgen: " << error << "\n";
+        return kExitCannotStart;
+      }
+      if (trace_offset >= static_cast<int64_t>(mooncake.size())) {
+        std::cerr << "attention-loadgen: --trace-offset is past the trace's rows\n";
+        return kExitCannotStart;
+      }
+      mooncake.erase(mooncake.begin(), mooncake.begin() + trace_offset);
+      available = static_cast<int64_t>(mooncake.size());
+      description = "mooncake " + BaseName(trace_path);
+    } else if (fixed_opt->count() > 0) {
+      plans.push_back(SessionPlan{fixed_tokens, session.max_gen});
+      available = 100;
+      description = "session fixed " + std::to_string(fixed_tokens) + " + " +
+                    std::to_string(session.max_gen) + " tokens";
+    } else {
+      if (trace_path.empty()) trace_path = DefaultTracePath();
+      std::vector<TraceRecord> rows;
+      if (!ReadTrace(trace_path, &rows, &error)) {
+        std::cerr << "attention-loadgen: " << error << "\n";
+        return kExitCannotStart;
+      }
+      if (trace_offset >= static_cast<int64_t>(rows.size())) {
+        std::cerr << "attention-loadgen: --trace-offset is past the trace's rows\n";
+        return kExitCannotStart;
+      }
+      for (size_t i = static_cast<size_t>(trace_offset); i < rows.size(); ++i) {
+        plans.push_back(PlanSession(rows[i], scaling, session.gen_scale, session.max_gen));
+      }
+      available = static_cast<int64_t>(plans.size());
+      description = "session " + BaseName(trace_path);
+    }
+    description += " (rows from " + std::to_string(trace_offset) + "; token scale " +
+                   Trim(scaling.scale) + " clamped to [" + std::to_string(scaling.min_tokens) +
+                   ", " + std::to_string(scaling.max_tokens) + "]; gen scale " +
+                   Trim(session.gen_scale) + ", max " + std::to_string(session.max_gen) + ")";
+    const int64_t count = requests >= 0 ? requests : (duration_s > 0 ? -1 : available);
+    SessionReport report = RunSessions(session, plans, mooncake, count);
+    report.target = run.target;
+    report.workload = description;
+    report.shape = "N=" + std::to_string(run.shape.heads) + " K=" +
+                   std::to_string(run.shape.kv_heads) + " H=" +
+                   std::to_string(run.shape.head_dim) + " " + DTypeName(run.shape.dtype);
+    report.decode_api = session.decode_api;
+    report.concurrency = run.concurrency;
+    report.layers = session.layers;
+    report.batch_sessions = session.decode_api == "batch" ? session.batch_sessions : 0;
+    report.verify_fraction = run.verify_fraction;
+    std::cout << FormatSessionReport(report) << std::flush;
+    if (!csv_path.empty() &&
+        !WriteFile(csv_path, SessionCsvHeader() + "\n" + SessionCsvRow(report) + "\n")) {
+      std::cerr << "attention-loadgen: cannot write " << csv_path << "\n";
+      return kExitCannotStart;
+    }
+    if (!json_path.empty()) {
+      nlohmann::json j = SessionReportToJson(report);
+      j["seed"] = run.seed;
+      std::ofstream out(json_path);
+      out << j.dump(2) << "\n";
+      if (!out) {
+        std::cerr << "attention-loadgen: cannot write " << json_path << "\n";
+        return kExitCannotStart;
+      }
+    }
+    int64_t errors = 0;
+    for (const auto& [code, n] : report.errors) errors += n;
+    if (session.check_kv_released && report.kv_pages_used_after != 0) {
+      std::cerr << "attention-loadgen: --check-kv-released: "
+                << (report.kv_pages_used_after < 0 ? report.stop_reason
+                                                   : std::to_string(report.kv_pages_used_after) +
+                                                         " KV pages still used")
+                << "\n";
+      return 1;
+    }
+    if (fail_on_error && (errors > 0 || report.mismatches > 0)) return 1;
+    return 0;
+  }
 
   RunInfo info;
   std::vector<RequestPlan> plans;

@@ -11,7 +11,8 @@ if(TARGET attn_loadgen)
     ${CMAKE_CURRENT_LIST_DIR}/client_oracle_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_verify_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_hdr_histogram_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/client_open_loop_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/client_open_loop_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_session_test.cc)
   target_link_libraries(attn_client_unit_tests PRIVATE attn_loadgen GTest::gtest_main)
   target_compile_definitions(attn_client_unit_tests PRIVATE
     ATTN_CLIENT_DATA_DIR="${CMAKE_CURRENT_LIST_DIR}/../../client/data")
