@@ -81,15 +81,39 @@ void MetricsHttpServer::Stop() {
   listen_fd_ = -1;
 }
 
+void MetricsHttpServer::Reap(bool all) {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (all || (*it)->done.load()) {
+      (*it)->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void MetricsHttpServer::Loop() {
   while (!stop_) {
     pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;  // wake up regularly to notice Stop()
+    const int ready = ::poll(&p, 1, 200);  // wake up regularly to notice Stop()
+    Reap(/*all=*/false);
+    if (ready <= 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    Serve(fd);
-    ::close(fd);
+    if (connections_.size() >= kMaxConnections) {
+      ::close(fd);  // overloaded: refuse rather than queue behind slow clients
+      continue;
+    }
+    auto conn = std::make_unique<Connection>();
+    Connection* c = conn.get();
+    c->thread = std::thread([this, fd, c] {
+      Serve(fd);
+      ::close(fd);
+      c->done = true;
+    });
+    connections_.push_back(std::move(conn));
   }
+  Reap(/*all=*/true);
 }
 
 void MetricsHttpServer::Serve(int fd) {

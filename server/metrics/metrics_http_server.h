@@ -1,7 +1,8 @@
 // A minimal HTTP/1.1 server for Prometheus scrapes: GET /metrics answers 200 with the text
 // exposition format (version 0.0.4) produced by a render callback; any other path gets 404,
-// any other method 405. One thread accepts and serves connections one at a time (a scrape is
-// a few KB; Prometheus scrapes every few seconds).
+// any other method 405. One thread accepts; each connection is served on its own short-lived
+// thread (at most kMaxConnections at once; more are closed at once), so a client that opens a
+// connection and sends nothing only ties up its own thread until the 5 s I/O timeout.
 //
 // Why not prometheus-cpp's Exposer: it runs civetweb, whose worker threads get a fixed
 // 100 KB stack; in CUDA builds the static TLS of cuBLAS/cuBLASLt alone is ~107 KB, so
@@ -12,6 +13,8 @@
 
 #include <atomic>
 #include <functional>
+#include <list>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -34,13 +37,23 @@ class MetricsHttpServer {
   void Stop();
 
  private:
+  /// One connection being served; `done` is set by its thread when it finishes.
+  struct Connection {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  static constexpr size_t kMaxConnections = 32;
+
   void Loop();
   void Serve(int fd);
+  /// Joins connections whose thread has finished (all when `all`).
+  void Reap(bool all);
 
   std::function<std::string()> render_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::list<std::unique_ptr<Connection>> connections_;  // accept thread only
 };
 
 }  // namespace attn::metrics

@@ -159,3 +159,21 @@ def test_promql_name_extraction():
     assert f("max(attn_device_peak_flops_per_second) * 1e-12 > bool 0") == {
         "attn_device_peak_flops_per_second"}
     assert f("a_total offset 5m + on(x) group_left(y) b") == {"a_total", "b"}
+
+
+def test_idle_connections_do_not_stall_scrapes(served):
+    """Clients that connect and send nothing (probes, slowloris) must not delay a scrape."""
+    import socket
+    import urllib.request
+    server, _ = served
+    host, port = server.metrics_target.split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(8)]
+    try:
+        start = time.time()
+        with urllib.request.urlopen(f"http://{server.metrics_target}/metrics", timeout=3) as r:
+            assert r.status == 200
+            assert b"attn_requests_total" in r.read()
+        assert time.time() - start < 1.0
+    finally:
+        for s in idle:
+            s.close()

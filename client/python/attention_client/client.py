@@ -245,6 +245,10 @@ class AttentionClient:
         va, _ = _t.to_numpy(v)
         wire = seq.info.dtype
         if position is None:
+            if not 0 <= int(layer) < len(seq.layer_lengths):
+                raise InvalidArgument(
+                    f"layer: expected [0, {len(seq.layer_lengths)}), got {layer}",
+                    method="Extend")
             position = seq.layer_lengths[layer]
         return spb.ExtendRequest(sequence_id=seq.id, layer=int(layer), position=int(position),
                                  q=_t.encode(qa, wire), k=_t.encode(ka, wire),

@@ -34,7 +34,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from attention_client import AttentionClient  # noqa: E402
+from attention_client import AttentionClient, AttentionError  # noqa: E402
 
 SENTENCES = {
     "eat1": "A man is eating food.",
@@ -209,4 +209,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except AttentionError as e:  # server unreachable, backend refused, ...: one clear line
+        print(f"minilm_frontend: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
