@@ -61,6 +61,9 @@ AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
       on_fault_(std::move(on_fault)),
       metrics_(metrics),
       shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr) {
+  // Capabilities() builds vectors and strings: read each backend's device name once here,
+  // not per request.
+  for (Backend* b : registry_->All()) backend_devices_.emplace_back(b, b->Capabilities().device);
   if (metrics_ != nullptr) {
     for (Backend* b : registry_->All()) {
       metrics_backends_.emplace_back(b, metrics_->BackendIndex(b->name()));
@@ -175,7 +178,9 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
   report->set_batch_size(1);
   report->set_batch_tokens(v.query_tokens);
   report->set_flops(v.flops);
-  report->set_device(call->choice.backend->Capabilities().device);
+  for (const auto& [b, device] : backend_devices_) {
+    if (b == call->choice.backend) report->set_device(device);
+  }
   auto* t = report->mutable_times();
   t->set_decode_us(call->decode_us);
   const int64_t queue_us = Us(call->enqueued, dequeued);

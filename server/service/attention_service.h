@@ -77,6 +77,7 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   metrics::Metrics* metrics_;       // null: no metrics
   metrics::ShadowChecker* shadow_;  // null: no shadow checks
   std::vector<std::pair<const Backend*, int>> metrics_backends_;  // backend → metrics index
+  std::vector<std::pair<const Backend*, std::string>> backend_devices_;  // backend → device
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;
