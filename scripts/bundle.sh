@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes a relocatable bundle of attention-server and attention-loadgen (DESIGN.md §11) for GPU
-# hosts that lack gRPC/spdlog/prometheus-cpp: the binaries plus every non-system shared library
+# Makes a relocatable bundle of attention-server, attention-loadgen and the server-side GPU
+# tests (tests/gpu/gpu_*_test) (DESIGN.md §11) for GPU hosts that lack
+# gRPC/spdlog/prometheus-cpp: the binaries plus every non-system shared library
 # they link (from ldd), leaving out libc/libm/libstdc++/libgcc, the CUDA driver, cuBLAS and
 # cuDNN (the host's own CUDA 13 toolkit provides those).
 # Usage: scripts/bundle.sh [BUILD_DIR] [OUT_DIR]   (defaults: build, .bundle/attn)
@@ -12,6 +13,10 @@ out=${2:-$root/.bundle/attn}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 cp "$build/server/attention-server" "$build/client/attention-loadgen" "$out/bin/"
+# Server-side GPU tests (they link the server runtime, so they cannot be built on the host).
+for t in "$build"/tests/gpu/gpu_*_test; do
+  if [ -x "$t" ]; then cp "$t" "$out/bin/"; fi
+done
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libcudnn|libnvidia)'
 for b in "$out"/bin/*; do
   ldd "$b" | awk '/=>/ {print $1, $3}' | while read -r name path; do

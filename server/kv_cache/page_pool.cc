@@ -2,7 +2,7 @@
 
 namespace attn {
 
-PagePool::PagePool(HostPool *memory, const PagePoolOptions &options)
+PagePool::PagePool(KvMemory *memory, const PagePoolOptions &options)
     : memory_(memory), options_(options) {}
 
 StatusOr<SubPool *> PagePool::GetClass(const KvLayoutClass &cls) {

@@ -5,9 +5,9 @@
 // Admission is counted in pages: Allocate takes all the pages asked for or none
 // and says how many were needed and free. Reference counts let forks share
 // pages (copy-on-write is done by the caller, who asks RefCount before writing
-// into a page). Memory: today a HostPool (--kv-cache-bytes); the GPU paged
-// kernels will bring a device pool carved the same way (the page format does
-// not change). Thread-safety: all methods are thread-safe.
+// into a page). Memory: a KvMemory of --kv-cache-bytes, host (CPU path) or
+// device (GPU paged kernels); the page format is the same in both.
+// Thread-safety: all methods are thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "attn/kernels/paged_kv.h"
 #include "attn/kernels/status.h"
 #include "kv_cache/sub_pool.h"
-#include "memory/host_pool.h"
+#include "memory/kv_memory.h"
 
 namespace attn {
 
@@ -41,7 +41,7 @@ struct KvClassStats {
 class PagePool {
  public:
   /// `memory` is not owned and must outlive the pool.
-  PagePool(HostPool *memory, const PagePoolOptions &options);
+  PagePool(KvMemory *memory, const PagePoolOptions &options);
 
   /// The sub-pool of `cls`, created on first use (handles stay valid for the
   /// pool's life). Errors: INVALID_ARGUMENT / RESOURCE_EXHAUSTED from
@@ -65,7 +65,7 @@ class PagePool {
   std::vector<KvClassStats> Stats() const;
 
  private:
-  HostPool *const memory_;
+  KvMemory *const memory_;
   const PagePoolOptions options_;
   mutable std::mutex mu_;
   std::map<KvLayoutClass, std::unique_ptr<SubPool>> classes_;

@@ -23,7 +23,7 @@ std::string KvLayoutClass::ToString() const {
 }
 
 SubPool::SubPool(const KvLayoutClass &cls, int32_t page_tokens, int64_t chunk_pages,
-                 HostPool *memory, bool poison)
+                 KvMemory *memory, bool poison)
     : cls_(cls), memory_(memory), poison_(poison), chunk_pages_(chunk_pages) {
   view_.page_tokens = page_tokens;
   view_.num_kv_heads = cls.num_kv_heads;
@@ -36,7 +36,7 @@ SubPool::SubPool(const KvLayoutClass &cls, int32_t page_tokens, int64_t chunk_pa
 }
 
 StatusOr<std::unique_ptr<SubPool>> SubPool::Create(const KvLayoutClass &cls, int32_t page_tokens,
-                                                   int32_t chunk_pages, HostPool *memory,
+                                                   int32_t chunk_pages, KvMemory *memory,
                                                    bool poison) {
   if (cls.num_kv_heads <= 0 || cls.head_dim <= 0 || page_tokens <= 0 || chunk_pages <= 0 ||
       memory == nullptr) {
@@ -83,13 +83,19 @@ Status SubPool::AddChunk() {
   c->free_stack.reserve(static_cast<size_t>(chunk_pages_));
   for (int64_t i = chunk_pages_ - 1; i >= 0; --i) {
     c->free_stack.push_back(static_cast<int32_t>(i));
-    if (poison_) kernels::PagedPoisonPageCpu(view_, c->first_page + static_cast<int32_t>(i));
+    if (poison_) PoisonPage(c->first_page + static_cast<int32_t>(i));
   }
   Chunk *raw = c.get();
   chunks_[c->first_page] = std::move(c);
   MarkNonfull(raw);
   pages_total_ += chunk_pages_;
   return Status::Ok();
+}
+
+void SubPool::PoisonPage(int32_t page) {
+  const int64_t at = static_cast<int64_t>(page) * page_bytes_;
+  memory_->Poison(static_cast<char *>(view_.k_pages) + at, static_cast<uint64_t>(page_bytes_));
+  memory_->Poison(static_cast<char *>(view_.v_pages) + at, static_cast<uint64_t>(page_bytes_));
 }
 
 void SubPool::RemoveChunk(Chunk *c) {
@@ -165,7 +171,7 @@ bool SubPool::Release(int32_t page) {
   int32_t &ref = c->refs[static_cast<size_t>(page - c->first_page)];
   if (ref <= 0) return false;
   if (--ref > 0) return false;
-  if (poison_) kernels::PagedPoisonPageCpu(view_, page);
+  if (poison_) PoisonPage(page);
   c->free_stack.push_back(page - c->first_page);
   MarkNonfull(c);
   --pages_used_;

@@ -29,7 +29,7 @@
 
 #include "attn/kernels/paged_kv.h"
 #include "attn/kernels/status.h"
-#include "memory/host_pool.h"
+#include "memory/kv_memory.h"
 
 namespace attn {
 
@@ -52,15 +52,15 @@ class SubPool {
   /// `memory` (not owned; outlives this). Errors: INVALID_ARGUMENT for bad
   /// geometry or when the pool cannot hold one chunk.
   static StatusOr<std::unique_ptr<SubPool>> Create(const KvLayoutClass &cls, int32_t page_tokens,
-                                                   int32_t chunk_pages, HostPool *memory,
+                                                   int32_t chunk_pages, KvMemory *memory,
                                                    bool poison);
   ~SubPool();  ///< returns every chunk to the memory pool
   SubPool(const SubPool &) = delete;
   SubPool &operator=(const SubPool &) = delete;
 
   const KvLayoutClass &layout() const { return cls_; }
-  /// The page arrays for kernels (host pointers); valid for the sub-pool's
-  /// lifetime.
+  /// The page arrays for kernels (host or device pointers, as the memory is);
+  /// valid for the sub-pool's lifetime.
   const kernels::PagedKvPool &view() const { return view_; }
   int64_t page_bytes() const { return page_bytes_; }
   int64_t chunk_pages() const { return chunk_pages_; }
@@ -91,16 +91,18 @@ class SubPool {
     int64_t nonfull_index = -1;       ///< position in nonfull_, -1 when full
   };
 
-  SubPool(const KvLayoutClass &cls, int32_t page_tokens, int64_t chunk_pages, HostPool *memory,
+  SubPool(const KvLayoutClass &cls, int32_t page_tokens, int64_t chunk_pages, KvMemory *memory,
           bool poison);
   Status AddChunk();
   void RemoveChunk(Chunk *c);
   Chunk *ChunkOf(int32_t page) const;
   void MarkNonfull(Chunk *c);
   void MarkFull(Chunk *c);
+  /// Fills the K and V bytes of `page` with NaN (debug poisoning).
+  void PoisonPage(int32_t page);
 
   const KvLayoutClass cls_;
-  HostPool *const memory_;
+  KvMemory *const memory_;
   const bool poison_;
   const int64_t chunk_pages_;
   int64_t page_bytes_ = 0;

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstring>
 #include <string>
 
 namespace attn {
@@ -45,5 +46,7 @@ uint64_t HostPool::largest_free() const {
   std::lock_guard<std::mutex> lock(mu_);
   return allocator_.largest_free();
 }
+
+void HostPool::Poison(char *ptr, uint64_t bytes) { std::memset(ptr, 0xff, bytes); }
 
 }  // namespace attn

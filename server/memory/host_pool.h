@@ -10,30 +10,33 @@
 #include <mutex>
 
 #include "attn/kernels/status.h"
+#include "memory/kv_memory.h"
 #include "memory/range_allocator.h"
 
 namespace attn {
 
-class HostPool {
+class HostPool final : public KvMemory {
  public:
   /// Maps `bytes` (> 0, rounded down to `alignment`, a power of two) of host
   /// memory. Errors: INVALID_ARGUMENT for bytes <= 0; RESOURCE_EXHAUSTED when
   /// the mapping fails.
   static StatusOr<std::unique_ptr<HostPool>> Create(int64_t bytes, uint64_t alignment = 256);
-  ~HostPool();
+  ~HostPool() override;
   HostPool(const HostPool &) = delete;
   HostPool &operator=(const HostPool &) = delete;
 
   /// Start of the pool; offsets from Allocate are relative to it.
-  char *base() const { return base_; }
+  char *base() const override { return base_; }
   /// Reserves `bytes` and returns its offset; RESOURCE_EXHAUSTED with the
   /// numbers when full.
-  StatusOr<uint64_t> Allocate(uint64_t bytes);
+  StatusOr<uint64_t> Allocate(uint64_t bytes) override;
   /// Returns a block obtained from Allocate (unknown offsets are ignored).
-  void Free(uint64_t offset);
-  uint64_t capacity() const;
-  uint64_t used() const;
-  uint64_t largest_free() const;
+  void Free(uint64_t offset) override;
+  uint64_t capacity() const override;
+  uint64_t used() const override;
+  uint64_t largest_free() const override;
+  bool on_device() const override { return false; }
+  void Poison(char *ptr, uint64_t bytes) override;
 
  private:
   HostPool(char *base, uint64_t bytes, uint64_t mapped, uint64_t alignment)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# On a GPU host (issue 6 measurement, DESIGN.md §8, §11): the bundled attention-server with
+# its KV cache on the GPU, driven by the bundled attention-loadgen over loopback with 64
+# concurrent generation sessions decoding through ExtendStream (N=32, K=8, H=128, bf16, one
+# layer, 4096-token context, 128 decode steps each), once with batching (--max-batch-requests
+# 64) and once without (--max-batch-requests 1), same load. Decode steps/s is reported two
+# ways: the loadgen's steps / wall (prefill included) and concurrency / mean step latency
+# (decode only). No output is verified here: the loadgen's float64 oracle runs inline in the
+# session, and with 1% verified one session's 4096-token prefill took 75 s (H200 run of
+# 2026-11-29), which the timing would include. scripts/gpu_sessions_check.sh verifies the path.
+# Writes ${OUT:-out}/batching-{on,off}.{txt,json}, server logs and batching-summary.json.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/out}
+mkdir -p "$out"
+b="$root/.bundle/attn/run.sh"
+STREAMS=${STREAMS:-64}
+STEPS=${STEPS:-128}
+for mode in on off; do
+  dir=$(mktemp -d)
+  if [ "$mode" = on ]; then batch=(--max-batch-requests 64); else batch=(--max-batch-requests 1); fi
+  "$b" attention-server --listen 127.0.0.1:0 --port-file "$dir/port" --kv-device gpu \
+    --kv-cache-bytes $((16 << 30)) --log-level warn --batch-threads 2 "${batch[@]}" \
+    --max-queue-requests 4096 2>"$out/batching-$mode-server.log" &
+  pid=$!
+  for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
+  "$b" attention-loadgen --target "127.0.0.1:$(cat "$dir/port")" --workload session \
+    --decode-api stream --requests "$STREAMS" --concurrency "$STREAMS" --layers 1 --heads 32 \
+    --kv-heads 8 --head-dim 128 --dtype bf16 --fixed-tokens 4096 --max-gen "$STEPS" \
+    --verify-fraction 0 --check-kv-released --fail-on-error --quiet \
+    --json "$out/batching-$mode.json" >"$out/batching-$mode.txt" 2>&1
+  echo "batching $mode: loadgen exit $?"
+  kill -TERM "$pid"; wait "$pid"
+  echo "batching $mode: server exit $?"
+  tail -n 12 "$out/batching-$mode.txt"
+done
+python3 - "$out" "$STREAMS" <<'PY'
+import json, sys, os
+out, streams = sys.argv[1], int(sys.argv[2])
+res = {}
+for mode in ("on", "off"):
+    try:
+        j = json.load(open(os.path.join(out, f"batching-{mode}.json")))
+    except Exception as e:
+        print(f"batching {mode}: no json ({e})"); continue
+    step = j.get("decode_step_latency_ms", {})
+    mean = step.get("mean") or 0
+    res[mode] = {"decode_steps": j.get("decode_steps"), "wall_s": j.get("wall_s"),
+                 "steps_per_s_wall": j.get("decode_steps_per_s"),
+                 "steps_per_s_decode": streams / (mean / 1e3) if mean else None,
+                 "step_ms": step, "batch_size": j.get("batch_size"),
+                 "mismatches": j.get("mismatches"), "errors": j.get("errors")}
+if "on" in res and "off" in res:
+    for k in ("steps_per_s_wall", "steps_per_s_decode"):
+        a, b = res["on"][k], res["off"][k]
+        res["speedup_" + k] = (a / b) if a and b else None
+json.dump(res, open(os.path.join(out, "batching-summary.json"), "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One device call for a GPU host (H200; DESIGN.md §10, §11): every GPU step of a session in
+# order of importance, each time-boxed, logs under $OUT (tarred into $OUT/logs.tgz as well).
+#   check   scripts/gpu_check.sh: kernels + GPU tests, default (89;90a) and L4 (89, emulate)
+#   server  the bundle (scripts/bundle.sh, carried as .bundle): server-side GPU tests
+#           (GPU KV cache through SequenceStore + ExtendStep) and serve checks with the GPU
+#           backends and the GPU KV cache (loadgen trace replay + generation sessions)
+#   serve   the bundled server with the fused backend replaying the Azure trace (verified)
+#   batch   issue-6 measurement: 64 concurrent decode streams, batching on vs off
+#   bench   kernel benchmarks (scripts/fused_bench.sh, scripts/decode_bench.sh, fp8 bench)
+# Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
+# Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) are installed into /tmp/site first.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$root/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+steps=${*:-check server batch serve bench}
+t0=$(date +%s)
+say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+if compgen -G "$root/.whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$root"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+# cuDNN 9.19 from PyTorch's environment (DESIGN.md §11) for the bundled binaries.
+CUDNN_LIB_DIR=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
+export CUDNN_LIB_DIR
+say "steps: $steps; cuDNN lib dir: ${CUDNN_LIB_DIR:-none}"
+
+for step in $steps; do
+  case $step in
+    check)
+      say "check"
+      mkdir -p "$OUT/check"
+      OUT="$OUT/check" timeout 420 bash "$root/scripts/gpu_check.sh" >"$OUT/check/gpu_check.txt" 2>&1
+      echo "gpu_check exit $?" >>"$OUT/check/gpu_check.txt"
+      tail -n 25 "$OUT/check/gpu_check.txt"
+      ;;
+    server)
+      say "server"
+      mkdir -p "$OUT/server"
+      b="$root/.bundle/attn"
+      for t in "$b"/bin/*_test; do
+        [ -x "$t" ] || continue
+        timeout 120 "$b/run.sh" "$(basename "$t")" >"$OUT/server/$(basename "$t").txt" 2>&1
+        echo "$(basename "$t") exit $?" | tee -a "$OUT/server/$(basename "$t").txt"
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |rel " "$OUT/server/$(basename "$t").txt" | tail -n 40
+      done
+      OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_sessions_check.sh" 2>&1 | tail -n 30
+      ;;
+    serve)
+      say "serve"
+      mkdir -p "$OUT/server"
+      OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" fused 2>&1 | tail -n 8
+      ;;
+    batch)
+      say "batch"
+      mkdir -p "$OUT/batch"
+      OUT="$OUT/batch" timeout 150 bash "$root/scripts/gpu_batching_bench.sh" 2>&1 | tail -n 60
+      ;;
+    bench)
+      say "bench"
+      mkdir -p "$OUT/bench"
+      OUT="$OUT/bench" timeout 300 bash "$root/scripts/fused_bench.sh" --suites=b \
+        >"$OUT/bench/fused_bench.txt" 2>&1
+      tail -n 40 "$OUT/bench/fused_bench.txt"
+      ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+say "done"
+tar -C "$OUT" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$OUT/logs.tgz"

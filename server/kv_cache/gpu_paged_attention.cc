@@ -1,0 +1,393 @@
+#include "kv_cache/gpu_paged_attention.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "attn/kernels/paged_decode.h"
+#include "attn/kernels/paged_kv_cpu.h"
+
+namespace attn {
+namespace {
+
+using kernels::DType;
+
+/// Offsets of 256-byte aligned segments in one staging buffer.
+struct Segments {
+  uint64_t total = 0;
+  uint64_t Add(uint64_t bytes) {
+    const uint64_t at = total;
+    total += AlignSegment(bytes);
+    return at;
+  }
+};
+
+bool SamePool(const kernels::PagedKvPool &a, const kernels::PagedKvPool &b) {
+  return a.k_pages == b.k_pages && a.v_pages == b.v_pages && a.page_tokens == b.page_tokens &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.kv_dtype == b.kv_dtype;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int device,
+                                                                       DevicePool *pool) {
+  std::unique_ptr<GpuPagedAttention> g(new GpuPagedAttention(device, pool));
+  if (cudaSetDevice(device) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&g->stream_, cudaStreamNonBlocking) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Internal("GPU paged attention: cannot create a stream on device " +
+                    std::to_string(device));
+  }
+  ATTN_RETURN_IF_ERROR(g->ReservePinned(4u << 20));
+  return g;
+}
+
+GpuPagedAttention::~GpuPagedAttention() {
+  if (stream_ != nullptr) {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
+}
+
+Status GpuPagedAttention::Check(cudaError_t err, const char *what) {
+  if (err == cudaSuccess) return Status::Ok();
+  (void)cudaGetLastError();
+  faulted_ = true;
+  fault_ = std::string(what) + ": " + cudaGetErrorString(err);
+  return Internal("CUDA error in GPU paged attention, " + fault_);
+}
+
+Status GpuPagedAttention::ReservePinned(uint64_t bytes) {
+  if (bytes <= pinned_bytes_) return Status::Ok();
+  uint64_t want = std::max<uint64_t>(pinned_bytes_ * 2, 1u << 20);
+  while (want < bytes) want *= 2;
+  if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
+  pinned_ = nullptr;
+  pinned_bytes_ = 0;
+  void *p = nullptr;
+  if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return ResourceExhausted("GPU paged attention: cannot pin " + std::to_string(want) +
+                             " bytes of host staging memory");
+  }
+  pinned_ = static_cast<char *>(p);
+  pinned_bytes_ = want;
+  return Status::Ok();
+}
+
+Status GpuPagedAttention::SupportsSequence(DType dtype, DType kv_dtype, int64_t num_heads,
+                                           int64_t num_kv_heads, int64_t head_dim) const {
+  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    return FailedPrecondition(std::string("the GPU KV cache serves float16 and bfloat16 "
+                                          "sequences, not ") +
+                              kernels::DTypeName(dtype) +
+                              " (start the server with --kv-device=cpu for other dtypes)");
+  }
+  kernels::PagedDecodeShape s;
+  s.dtype = dtype;
+  s.kv_dtype = kv_dtype;
+  s.batch = 1;
+  s.max_q_len = 1;
+  s.max_kv_len = 1;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.page_tokens = 16;
+  s.scale = 1.f;
+  Status st = kernels::PagedDecodeSupports(s);
+  if (!st.ok()) {
+    return FailedPrecondition("the GPU KV cache cannot serve this sequence: " + st.message());
+  }
+  return Status::Ok();
+}
+
+Status GpuPagedAttention::Append(const PagedLayerView &layer, int64_t start, int64_t tokens,
+                                 const void *k, const void *v, DType src_dtype,
+                                 int64_t *saturations) {
+  PagedAppendItem item;
+  item.layer = layer;
+  item.start = start;
+  item.tokens = tokens;
+  item.k = k;
+  item.v = v;
+  item.src_dtype = src_dtype;
+  ATTN_RETURN_IF_ERROR(AppendBatch(&item, 1));
+  if (saturations != nullptr) *saturations += item.saturations;
+  return Status::Ok();
+}
+
+Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n) {
+  if (n == 0) return Status::Ok();
+  const kernels::PagedKvPool &pool = items[0].layer.pool;
+  const DType src = items[0].src_dtype;
+  const bool fp8 = pool.kv_dtype == DType::kFloat8E4M3;
+  const int64_t K = pool.num_kv_heads;
+  const int64_t row_bytes = K * pool.head_dim * kernels::DTypeSize(src);
+  int64_t total = 0, max_new = 1, max_blocks = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const PagedAppendItem &a = items[i];
+    if (!SamePool(a.layer.pool, pool) || a.src_dtype != src) {
+      return InvalidArgument("GPU paged append: the items of one launch must share the KV "
+                             "layout class and the source dtype");
+    }
+    if (a.tokens < 0 || a.start < 0) {
+      return InvalidArgument("GPU paged append: negative start or token count");
+    }
+    total += a.tokens;
+    max_new = std::max(max_new, a.tokens);
+    max_blocks = std::max(max_blocks, a.layer.num_blocks);
+  }
+  if (total == 0) return Status::Ok();
+  const int64_t B = static_cast<int64_t>(n);
+  // FP8 pools count saturations per item, so each item is its own launch (one counter each);
+  // 16-bit pools append every item in one launch.
+  const int64_t launches = fp8 ? B : 1;
+  Segments seg;
+  const uint64_t at_k = seg.Add(static_cast<uint64_t>(total * row_bytes));
+  const uint64_t at_v = seg.Add(static_cast<uint64_t>(total * row_bytes));
+  const uint64_t at_bt = seg.Add(static_cast<uint64_t>(B * max_blocks) * 4);
+  const uint64_t at_len = seg.Add(static_cast<uint64_t>(B) * 4);
+  const uint64_t at_off = seg.Add(static_cast<uint64_t>(B + 1) * 8);
+  const uint64_t at_ks = seg.Add(fp8 ? static_cast<uint64_t>(B * K) * 4 : 0);
+  const uint64_t at_vs = seg.Add(fp8 ? static_cast<uint64_t>(B * K) * 4 : 0);
+  const uint64_t at_sat = seg.Add(static_cast<uint64_t>(launches) * 8);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (faulted_) return Internal("GPU paged attention is faulted: " + fault_);
+  ATTN_RETURN_IF_ERROR(ReservePinned(seg.total));
+  StatusOr<DeviceAllocation> dev = pool_->Allocate(seg.total);
+  if (!dev.ok()) return dev.status();
+  char *h = pinned_;
+  char *d = static_cast<char *>(dev->data());
+  auto *bt = reinterpret_cast<int32_t *>(h + at_bt);
+  auto *len = reinterpret_cast<int32_t *>(h + at_len);
+  auto *off = reinterpret_cast<int64_t *>(h + at_off);
+  off[0] = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const PagedAppendItem &a = items[b];
+    const uint64_t at = static_cast<uint64_t>(off[b] * row_bytes);
+    std::memcpy(h + at_k + at, a.k, static_cast<size_t>(a.tokens * row_bytes));
+    std::memcpy(h + at_v + at, a.v, static_cast<size_t>(a.tokens * row_bytes));
+    std::memcpy(bt + b * max_blocks, a.layer.block_table,
+                static_cast<size_t>(a.layer.num_blocks) * 4);
+    std::fill(bt + b * max_blocks + a.layer.num_blocks, bt + (b + 1) * max_blocks, 0);
+    len[b] = static_cast<int32_t>(a.start + a.tokens);
+    off[b + 1] = off[b] + a.tokens;
+    if (fp8) {
+      std::memcpy(h + at_ks + static_cast<uint64_t>(b * K) * 4, a.layer.k_scales,
+                  static_cast<size_t>(K) * 4);
+      std::memcpy(h + at_vs + static_cast<uint64_t>(b * K) * 4, a.layer.v_scales,
+                  static_cast<size_t>(K) * 4);
+    }
+  }
+  std::memset(h + at_sat, 0, static_cast<size_t>(launches) * 8);
+
+  ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+  ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(d, h, seg.total, cudaMemcpyHostToDevice, stream_),
+                             "cudaMemcpyAsync H2D (append)"));
+  for (int64_t l = 0; l < launches; ++l) {
+    // Launch l covers items [first, first + count).
+    const int64_t first = fp8 ? l : 0, count = fp8 ? 1 : B;
+    kernels::PagedBatch batch;
+    batch.batch = count;
+    batch.block_tables = reinterpret_cast<const int32_t *>(d + at_bt) + first * max_blocks;
+    batch.block_table_stride = max_blocks;
+    batch.kv_lengths = reinterpret_cast<const int32_t *>(d + at_len) + first;
+    batch.k_scales = fp8 ? reinterpret_cast<const float *>(d + at_ks) + first * K : nullptr;
+    batch.v_scales = fp8 ? reinterpret_cast<const float *>(d + at_vs) + first * K : nullptr;
+    // Offsets are relative to the k/v pointers: shift the pointers, keep the prefix sums.
+    kernels::AppendRows rows;
+    rows.dtype = src;
+    rows.k = d + at_k;
+    rows.v = d + at_v;
+    rows.new_offsets = reinterpret_cast<const int64_t *>(d + at_off) + first;
+    rows.max_new_tokens = fp8 ? std::max<int64_t>(items[first].tokens, 1) : max_new;
+    rows.saturations = reinterpret_cast<unsigned long long *>(d + at_sat) + l;
+    if (fp8 && items[first].tokens == 0) continue;
+    Status s = kernels::PagedAppendRun(pool, batch, rows, stream_);
+    if (!s.ok()) {
+      // A rejected launch (INVALID_ARGUMENT) leaves the device healthy; wait for the copy.
+      (void)cudaStreamSynchronize(stream_);
+      if (s.code() == StatusCode::kInternal) {
+        faulted_ = true;
+        fault_ = s.message();
+      }
+      return s;
+    }
+  }
+  ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_sat, d + at_sat,
+                                             static_cast<size_t>(launches) * 8,
+                                             cudaMemcpyDeviceToHost, stream_),
+                             "cudaMemcpyAsync D2H (append)"));
+  ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "append"));
+  for (int64_t l = 0; l < launches; ++l) {
+    unsigned long long sat = 0;
+    std::memcpy(&sat, h + at_sat + static_cast<uint64_t>(l) * 8, 8);
+    if (fp8) items[l].saturations += static_cast<int64_t>(sat);
+  }
+  return Status::Ok();
+}
+
+Status GpuPagedAttention::CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,
+                                   int64_t tokens) {
+  (void)tokens;  // whole pages are copied: slots past `tokens` are garbage either way
+  std::lock_guard<std::mutex> lock(mu_);
+  if (faulted_) return Internal("GPU paged attention is faulted: " + fault_);
+  const uint64_t page_bytes = static_cast<uint64_t>(kernels::PageBytes(pool));
+  ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+  for (void *arr : {pool.k_pages, pool.v_pages}) {
+    char *base = static_cast<char *>(arr);
+    ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(base + static_cast<uint64_t>(dst) * page_bytes,
+                                               base + static_cast<uint64_t>(src) * page_bytes,
+                                               page_bytes, cudaMemcpyDeviceToDevice, stream_),
+                               "cudaMemcpyAsync (copy-on-write page)"));
+  }
+  return Check(cudaStreamSynchronize(stream_), "copy-on-write page");
+}
+
+Status GpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) {
+  void *outs[1] = {o};
+  return AttendMany(&layer, &q, outs, 1);
+}
+
+Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n) {
+  std::vector<PagedLayerView> layers(n);
+  std::vector<PagedQuery> queries(n);
+  std::vector<void *> outs(n);
+  for (size_t i = 0; i < n; ++i) {
+    layers[i] = items[i].layer;
+    queries[i] = items[i].query;
+    outs[i] = items[i].o;
+  }
+  return AttendMany(layers.data(), queries.data(), outs.data(), static_cast<int64_t>(n));
+}
+
+Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQuery *queries,
+                                     void *const *outs, int64_t count) {
+  if (count <= 0) return Status::Ok();
+  const kernels::PagedKvPool &pool = layers[0].pool;
+  const PagedQuery &q0 = queries[0];
+  const int64_t N = q0.num_heads, K = pool.num_kv_heads, H = pool.head_dim;
+  const bool fp8 = pool.kv_dtype == DType::kFloat8E4M3;
+  const int64_t esize = kernels::DTypeSize(q0.dtype);
+  constexpr int64_t kChunk = kernels::kPagedDecodeMaxQueryLen;
+
+  // Rows of the launch: each item's query tokens in chunks of at most kChunk.
+  int64_t rows = 0, total_q = 0, max_blocks = 1, max_q = 1, max_kv = 1;
+  for (int64_t i = 0; i < count; ++i) {
+    const PagedQuery &qi = queries[i];
+    if (!SamePool(layers[i].pool, pool) || qi.dtype != q0.dtype || qi.num_heads != N ||
+        qi.scale != q0.scale) {
+      return InvalidArgument("GPU paged attention: the steps of one launch must share the KV "
+                             "layout class, dtype, query heads and scale");
+    }
+    if (qi.tokens < 1 || qi.tokens > layers[i].kv_len) {
+      return InvalidArgument("GPU paged attention: " + std::to_string(qi.tokens) +
+                             " query tokens over " + std::to_string(layers[i].kv_len) + " keys");
+    }
+    rows += (qi.tokens + kChunk - 1) / kChunk;
+    total_q += qi.tokens;
+    max_blocks = std::max(max_blocks, layers[i].num_blocks);
+    max_q = std::max(max_q, std::min(qi.tokens, kChunk));
+    max_kv = std::max(max_kv, layers[i].kv_len);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (faulted_) return Internal("GPU paged attention is faulted: " + fault_);
+  ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+  kernels::PagedDecodeShape shape;
+  shape.source = kernels::KvSource::kPaged;
+  shape.dtype = q0.dtype;
+  shape.kv_dtype = pool.kv_dtype;
+  shape.batch = rows;
+  shape.max_q_len = max_q;
+  shape.max_kv_len = max_kv;
+  shape.num_heads = N;
+  shape.num_kv_heads = K;
+  shape.head_dim = H;
+  shape.page_tokens = pool.page_tokens;
+  shape.scale = q0.scale;
+  StatusOr<kernels::PagedDecodePlan> plan = kernels::PagedDecodePlanFor(shape, device_);
+  if (!plan.ok()) return plan.status();
+
+  const uint64_t qo_bytes = static_cast<uint64_t>(total_q * N * H * esize);
+  Segments seg;
+  const uint64_t at_q = seg.Add(qo_bytes);
+  const uint64_t at_bt = seg.Add(static_cast<uint64_t>(rows * max_blocks) * 4);
+  const uint64_t at_len = seg.Add(static_cast<uint64_t>(rows) * 4);
+  const uint64_t at_off = seg.Add(static_cast<uint64_t>(rows + 1) * 8);
+  const uint64_t at_ks = seg.Add(fp8 ? static_cast<uint64_t>(rows * K) * 4 : 0);
+  const uint64_t at_vs = seg.Add(fp8 ? static_cast<uint64_t>(rows * K) * 4 : 0);
+  const uint64_t upload = seg.total;
+  const uint64_t at_o = seg.Add(qo_bytes);
+  const uint64_t at_ws = seg.Add(plan->workspace_bytes);
+  ATTN_RETURN_IF_ERROR(ReservePinned(upload));
+  StatusOr<DeviceAllocation> dev = pool_->Allocate(seg.total);
+  if (!dev.ok()) return dev.status();
+  char *h = pinned_;
+  char *d = static_cast<char *>(dev->data());
+
+  auto *bt = reinterpret_cast<int32_t *>(h + at_bt);
+  auto *len = reinterpret_cast<int32_t *>(h + at_len);
+  auto *off = reinterpret_cast<int64_t *>(h + at_off);
+  auto *ks = reinterpret_cast<float *>(h + at_ks);
+  auto *vs = reinterpret_cast<float *>(h + at_vs);
+  int64_t r = 0, q_at = 0;
+  off[0] = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const PagedLayerView &L = layers[i];
+    const int64_t T = queries[i].tokens;
+    std::memcpy(h + at_q + static_cast<uint64_t>(q_at * N * H * esize), queries[i].q,
+                static_cast<size_t>(T * N * H * esize));
+    for (int64_t r0 = 0; r0 < T; r0 += kChunk, ++r) {
+      const int64_t r1 = std::min(T, r0 + kChunk);
+      std::memcpy(bt + r * max_blocks, L.block_table, static_cast<size_t>(L.num_blocks) * 4);
+      std::fill(bt + r * max_blocks + L.num_blocks, bt + (r + 1) * max_blocks, 0);
+      len[r] = static_cast<int32_t>(L.kv_len - T + r1);
+      off[r + 1] = q_at + r1;
+      if (fp8) {
+        std::memcpy(ks + r * K, L.k_scales, static_cast<size_t>(K) * 4);
+        std::memcpy(vs + r * K, L.v_scales, static_cast<size_t>(K) * 4);
+      }
+    }
+    q_at += T;
+  }
+
+  ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(d, h, upload, cudaMemcpyHostToDevice, stream_),
+                             "cudaMemcpyAsync H2D (decode)"));
+  kernels::PagedBatch batch;
+  batch.batch = rows;
+  batch.block_tables = reinterpret_cast<const int32_t *>(d + at_bt);
+  batch.block_table_stride = max_blocks;
+  batch.kv_lengths = reinterpret_cast<const int32_t *>(d + at_len);
+  batch.k_scales = fp8 ? reinterpret_cast<const float *>(d + at_ks) : nullptr;
+  batch.v_scales = fp8 ? reinterpret_cast<const float *>(d + at_vs) : nullptr;
+  kernels::DecodeQueries dq;
+  dq.q = d + at_q;
+  dq.q_offsets = reinterpret_cast<const int64_t *>(d + at_off);
+  dq.o = d + at_o;
+  Status s = kernels::PagedDecodeRun(*plan, pool, batch, dq,
+                                     plan->workspace_bytes > 0 ? d + at_ws : nullptr, stream_);
+  if (!s.ok()) {
+    (void)cudaStreamSynchronize(stream_);
+    if (s.code() == StatusCode::kInternal) {
+      faulted_ = true;
+      fault_ = s.message();
+    }
+    return s;
+  }
+  // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
+  ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_q, d + at_o, qo_bytes, cudaMemcpyDeviceToHost,
+                                             stream_),
+                             "cudaMemcpyAsync D2H (decode)"));
+  ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "decode"));
+  q_at = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t bytes = static_cast<uint64_t>(queries[i].tokens * N * H * esize);
+    std::memcpy(outs[i], h + at_q + static_cast<uint64_t>(q_at * N * H * esize), bytes);
+    q_at += queries[i].tokens;
+  }
+  return Status::Ok();
+}
+
+}  // namespace attn

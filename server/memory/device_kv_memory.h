@@ -1,0 +1,43 @@
+// KV cache memory on the GPU (DESIGN.md §6, §7): one block of --kv-cache-bytes carved from the
+// server's device pool at start and sub-allocated in chunks by the page pool, so pages never
+// cost a cudaMalloc. Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "attn/kernels/status.h"
+#include "memory/device_pool.h"
+#include "memory/kv_memory.h"
+#include "memory/range_allocator.h"
+
+namespace attn {
+
+class DeviceKvMemory final : public KvMemory {
+ public:
+  /// Takes `bytes` (> 0) from `pool` (which must outlive this). Errors: INVALID_ARGUMENT for
+  /// bytes <= 0; RESOURCE_EXHAUSTED with the numbers when the pool cannot hold it.
+  static StatusOr<std::unique_ptr<DeviceKvMemory>> Create(DevicePool *pool, int64_t bytes,
+                                                          uint64_t alignment = 256);
+
+  char *base() const override { return static_cast<char *>(block_.data()); }
+  StatusOr<uint64_t> Allocate(uint64_t bytes) override;
+  void Free(uint64_t offset) override;
+  uint64_t capacity() const override;
+  uint64_t used() const override;
+  uint64_t largest_free() const override;
+  bool on_device() const override { return true; }
+  /// cudaMemset to 0xFF and wait for it (debug only).
+  void Poison(char *ptr, uint64_t bytes) override;
+
+ private:
+  DeviceKvMemory(DeviceAllocation block, uint64_t alignment)
+      : block_(std::move(block)), allocator_(block_.bytes(), alignment) {}
+
+  DeviceAllocation block_;
+  mutable std::mutex mu_;
+  RangeAllocator allocator_;
+};
+
+}  // namespace attn

@@ -1,0 +1,233 @@
+// GPU KV cache end to end below gRPC (DESIGN.md §7, §10): the same Extend steps run through
+// SequenceStore + ExtendStep twice, once with pages in host memory and the CPU compute
+// (CpuPagedAttention, float64-accumulating reference path) and once with pages in device memory
+// and the GPU kernels (GpuPagedAttention: paged append + split-KV paged decode, prefill chunked
+// into 64-row pieces). Every step's output must agree within the dtype's tolerance
+// (DESIGN.md §4: ‖gpu − cpu‖₂/‖cpu‖₂), including prefill longer than a page and than one
+// 64-row chunk, decode steps across page boundaries, forks that diverge (copy-on-write of a
+// shared partial page), truncation, FP8 pages, and pools poisoned with NaN (garbage in unused
+// or freed slots must never change a result). After releasing everything, no page is in use.
+// ctest label `gpu`; skips without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/kernels/host_dtype.h"
+#include "kv_cache/cpu_paged_attention.h"
+#include "kv_cache/extend_step.h"
+#include "kv_cache/gpu_paged_attention.h"
+#include "kv_cache/page_pool.h"
+#include "kv_cache/sequence_store.h"
+#include "memory/device_kv_memory.h"
+#include "memory/device_pool.h"
+#include "memory/host_pool.h"
+
+namespace attn {
+namespace {
+
+using kernels::DType;
+
+bool HaveDevice() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+/// One KV cache: memory, pages, store and compute.
+struct Side {
+  std::unique_ptr<KvMemory> memory;
+  std::unique_ptr<PagePool> pages;
+  std::unique_ptr<SequenceStore> store;
+  std::unique_ptr<PagedAttentionBackend> compute;
+};
+
+constexpr int64_t kPoolBytes = 256ll << 20;
+constexpr int32_t kPageTokens = 16;
+
+class GpuPagedAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: skipped";
+    auto dev = DevicePool::Create(0, 0.05);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    device_pool_ = std::move(*dev);
+    auto host_mem = HostPool::Create(kPoolBytes);
+    ASSERT_TRUE(host_mem.ok());
+    cpu_.memory = std::move(*host_mem);
+    cpu_.compute = std::make_unique<CpuPagedAttention>(0);
+    auto dev_mem = DeviceKvMemory::Create(device_pool_.get(), kPoolBytes);
+    ASSERT_TRUE(dev_mem.ok()) << dev_mem.status().ToString();
+    gpu_.memory = std::move(*dev_mem);
+    auto compute = GpuPagedAttention::Create(0, device_pool_.get());
+    ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+    gpu_.compute = std::move(*compute);
+    for (Side *s : {&cpu_, &gpu_}) {
+      // Poisoned: unused and freed slots hold NaN, so reading one shows up in the output.
+      s->pages = std::make_unique<PagePool>(s->memory.get(), PagePoolOptions{kPageTokens, 8, true});
+      s->store = std::make_unique<SequenceStore>(s->pages.get(), SequenceStoreOptions{});
+    }
+  }
+
+  std::unique_ptr<DevicePool> device_pool_;
+  Side cpu_, gpu_;
+};
+
+struct Config {
+  DType dtype;
+  DType kv_dtype;
+  int32_t num_heads, num_kv_heads, head_dim;
+};
+
+std::string Name(const Config &c) {
+  return std::string(kernels::DTypeName(c.dtype)) + "/" + kernels::DTypeName(c.kv_dtype) +
+         " N" + std::to_string(c.num_heads) + " K" + std::to_string(c.num_kv_heads) + " H" +
+         std::to_string(c.head_dim);
+}
+
+double Tolerance(const Config &c) {
+  // Both sides round to the dtype; FP8 pages hold identical bytes on both sides (the same
+  // append rule), so the difference is the attention arithmetic, not the quantisation.
+  return c.dtype == DType::kFloat16 ? 4e-3 : 2e-2;
+}
+
+/// Random (T, heads, H) tensor of `dtype` bits, normal(0, 1).
+std::string Random(std::mt19937 &rng, DType dtype, int64_t n) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::string out(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
+  for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(out.data(), dtype, i, nd(rng));
+  return out;
+}
+
+/// Runs one step on both sides with the same inputs; checks agreement and finiteness.
+void Step(Side &cpu, Side &gpu, const std::string &cpu_id, const std::string &gpu_id,
+          const Config &c, int32_t layer, int64_t position, int64_t T, std::mt19937 &rng,
+          const std::string &what) {
+  ExtendArgs a;
+  a.layer = layer;
+  a.position = position;
+  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
+  a.q_shape = {T, c.num_heads, c.head_dim};
+  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
+  const std::string q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
+  const std::string k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  const std::string v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.q_bytes = q.size();
+  a.k_bytes = k.size();
+  a.v_bytes = v.size();
+  std::string o_cpu, o_gpu;
+  ExtendOutcome out_cpu, out_gpu;
+  a.sequence_id = cpu_id;
+  Status sc = ExtendStep(cpu.store.get(), cpu.compute.get(), "test", a, &o_cpu, &out_cpu);
+  ASSERT_TRUE(sc.ok()) << what << " cpu: " << sc.ToString();
+  a.sequence_id = gpu_id;
+  Status sg = ExtendStep(gpu.store.get(), gpu.compute.get(), "test", a, &o_gpu, &out_gpu);
+  ASSERT_TRUE(sg.ok()) << what << " gpu: " << sg.ToString();
+  ASSERT_EQ(out_cpu.length, out_gpu.length) << what;
+  ASSERT_EQ(o_cpu.size(), o_gpu.size()) << what;
+  const int64_t n = T * c.num_heads * c.head_dim;
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = kernels::LoadAsFloat(o_gpu.data(), c.dtype, i);
+    const double r = kernels::LoadAsFloat(o_cpu.data(), c.dtype, i);
+    ASSERT_TRUE(std::isfinite(g)) << what << ": gpu output " << i << " is " << g;
+    diff += (g - r) * (g - r);
+    ref += r * r;
+  }
+  const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+  EXPECT_LE(rel, Tolerance(c)) << what << " (" << Name(c) << "): relative L2 error " << rel;
+  std::printf("  %-28s %-44s T=%-4lld len=%-5lld rel %.2e\n", Name(c).c_str(), what.c_str(),
+              static_cast<long long>(T), static_cast<long long>(out_gpu.length), rel);
+}
+
+TEST_F(GpuPagedAttentionTest, ExtendMatchesCpuThroughLifecycle) {
+  const std::vector<Config> configs = {
+      {DType::kBFloat16, DType::kBFloat16, 32, 8, 128},
+      {DType::kFloat16, DType::kFloat16, 8, 8, 64},
+      {DType::kBFloat16, DType::kFloat8E4M3, 16, 4, 128},
+      {DType::kFloat16, DType::kFloat8E4M3, 4, 1, 64},
+  };
+  std::mt19937 rng(1234);
+  for (const Config &c : configs) {
+    SequenceConfig sc;
+    sc.num_layers = 2;
+    sc.num_kv_heads = c.num_kv_heads;
+    sc.head_dim = c.head_dim;
+    sc.num_heads = c.num_heads;
+    sc.dtype = c.dtype;
+    sc.kv_dtype = c.kv_dtype;
+    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    ASSERT_TRUE(gpu_.compute
+                    ->SupportsSequence(c.dtype, c.kv_dtype, c.num_heads, c.num_kv_heads,
+                                       c.head_dim)
+                    .ok());
+    std::string ids[2];
+    for (int i = 0; i < 2; ++i) {
+      Side &s = i == 0 ? cpu_ : gpu_;
+      auto created = s.store->Create("test", sc);
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      ids[i] = created->seq->id;
+    }
+    // Prefill longer than a page and than one 64-row chunk, then decode across page
+    // boundaries, then a chunk that is not a multiple of anything.
+    int64_t len[2] = {0, 0};
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      for (int64_t T : {100, 1, 1, 1, 37, 1, 12, 1}) {
+        Step(cpu_, gpu_, ids[0], ids[1], c, layer, len[layer], T, rng,
+             "layer " + std::to_string(layer) + " step");
+        len[layer] += T;
+      }
+    }
+    // Fork at a partial page (length 150 is inside page 9), then both sides diverge: the
+    // child's first append copies the shared partial page (copy-on-write).
+    std::string child[2];
+    for (int i = 0; i < 2; ++i) {
+      Side &s = i == 0 ? cpu_ : gpu_;
+      auto forked = s.store->Fork(ids[i], "test", 150);
+      ASSERT_TRUE(forked.ok()) << forked.status().ToString();
+      child[i] = forked->seq->id;
+    }
+    Step(cpu_, gpu_, child[0], child[1], c, 0, 150, 1, rng, "child after fork");
+    Step(cpu_, gpu_, child[0], child[1], c, 0, 151, 20, rng, "child diverges");
+    Step(cpu_, gpu_, ids[0], ids[1], c, 0, len[0], 1, rng, "parent after child diverged");
+    len[0] += 1;
+    // Truncate the parent to 70 tokens (inside a page) and regrow.
+    for (int i = 0; i < 2; ++i) {
+      Side &s = i == 0 ? cpu_ : gpu_;
+      auto locked = s.store->Acquire(ids[i], "test");
+      ASSERT_TRUE(locked.ok());
+      s.store->Truncate(locked->seq.get(), 70);
+    }
+    Step(cpu_, gpu_, ids[0], ids[1], c, 0, 70, 5, rng, "parent after truncate to 70");
+    for (int i = 0; i < 2; ++i) {
+      Side &s = i == 0 ? cpu_ : gpu_;
+      ASSERT_TRUE(s.store->Release(child[i], "test", nullptr).ok());
+      ASSERT_TRUE(s.store->Release(ids[i], "test", nullptr).ok());
+    }
+  }
+  for (const KvClassStats &st : gpu_.pages->Stats()) {
+    EXPECT_EQ(st.pages_used, 0) << st.layout.ToString() << ": pages still in use after release";
+  }
+}
+
+TEST_F(GpuPagedAttentionTest, RefusesWhatTheKernelsCannotServe) {
+  EXPECT_EQ(gpu_.compute->SupportsSequence(DType::kFloat32, DType::kFloat32, 8, 8, 64).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpu_.compute->SupportsSequence(DType::kBFloat16, DType::kBFloat16, 8, 8, 96).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(gpu_.compute->SupportsSequence(DType::kBFloat16, DType::kBFloat16, 8, 8, 128).ok());
+}
+
+}  // namespace
+}  // namespace attn
