@@ -1,0 +1,7 @@
+# FP8 kernel benchmark (included from bench/CMakeLists.txt when ATTN_CUDA is on): our FP8 kernel
+# (every variant, with and without the quantisation of bf16 inputs) against our bf16 fused
+# kernel on the same shapes; correctness is checked first. scripts/fp8_bench.sh builds and runs
+# it (default build, or the L4 build with ARCHS=89 EMULATE_L4=ON).
+add_executable(attn_fp8_bench ${CMAKE_CURRENT_LIST_DIR}/fp8_bench.cu)
+target_link_libraries(attn_fp8_bench PRIVATE attn_kernels CUDA::cudart_static)
+target_compile_options(attn_fp8_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

@@ -1,0 +1,21 @@
+# fp8 family GPU tests (included from tests/gpu/CMakeLists.txt). ctest label `gpu`; without a
+# CUDA device (or below sm_89) every GPU test GTEST_SKIPs with the reason and ctest counts it
+# skipped. ATTN_PARITY_OUT=<path> appends per-case parity results (JSON lines, runner "fp8/...").
+if(ATTN_CUDA)
+  add_executable(fp8_parity_test ${CMAKE_CURRENT_LIST_DIR}/fp8_parity_test.cc)
+  target_link_libraries(fp8_parity_test PRIVATE attn_parity attn_kernels GTest::gtest_main
+                        CUDA::cudart_static)
+  # The Vᵀ key permutation (kernels/fp8/fp8_params.h) is tested on the host too.
+  target_include_directories(fp8_parity_test PRIVATE ${PROJECT_SOURCE_DIR}/kernels/fp8)
+  add_test(NAME fp8_parity_test COMMAND fp8_parity_test)
+
+  add_executable(fp8_quantize_test ${CMAKE_CURRENT_LIST_DIR}/fp8_quantize_test.cc)
+  target_link_libraries(fp8_quantize_test PRIVATE attn_kernels GTest::gtest_main
+                        CUDA::cudart_static)
+  add_test(NAME fp8_quantize_test COMMAND fp8_quantize_test)
+
+  set_tests_properties(fp8_parity_test fp8_quantize_test PROPERTIES
+    LABELS gpu
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+    TIMEOUT 1200)
+endif()
