@@ -283,6 +283,24 @@ def table(records):
     if bgeo:
         lines.append(f"with the best variant per shape instead: {bgeo:.3f}, "
                      f"min {min(best_ratios_b):.3f}")
+    # cudnn family: our cudnn backend vs PyTorch's cudnn SDPA (same libcudnn when torch's env
+    # is on LD_LIBRARY_PATH), and fp8 (amax + quantisation + output conversion included) vs our
+    # cudnn; graph build (cold start) seconds from the "graph_build" records.
+    builds = {(r["shape"], r["impl"]): r["seconds"] for r in records
+              if r.get("record") == "graph_build"}
+    if any(tf(by[sh], "cudnn") for sh in order):
+        lines.append("")
+        lines.append(f"{'shape':44s} {'cudnn':>7s} {'t_cudnn':>7s} {'c/t':>6s} {'fp8':>7s} "
+                     f"{'fp8/c':>6s} {'build_s':>8s} {'ok':>3s}")
+        for sh in order:
+            d = by[sh]
+            c, t, f8 = tf(d, "cudnn"), tf(d, "torch_cudnn"), tf(d, "fp8")
+            ok = all(d[k].get("check", {}).get("passed", True) for k in ("cudnn", "fp8") if k in d)
+            g = lambda x: f"{x:7.1f}" if x is not None else f"{'-':>7s}"
+            lines.append(f"{sh:44s} {g(c)} {g(t)} "
+                         f"{(f'{c / t:6.2f}' if (c and t) else '     -')} {g(f8)} "
+                         f"{(f'{f8 / c:6.2f}' if (c and f8) else '     -')} "
+                         f"{builds.get((sh, 'cudnn'), float('nan')):8.3f} {'ok' if ok else 'BAD':>3s}")
     return "\n".join(lines), geo
 
 

@@ -1,0 +1,75 @@
+// Internals of the cudnn family shared by its .cc/.cu files (not a public header).
+//
+// Only cudnn_graph.cc includes the cudnn-frontend headers (they cost ~20 s of compile time per
+// translation unit); everything else talks to a built graph through CudnnGraph.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "attn/kernels/attention_problem.h"
+#include "attn/kernels/cudnn_graph_key.h"
+#include "attn/kernels/status.h"
+
+struct cudnnContext;
+
+namespace attn::kernels::cudnn_detail {
+
+using Handle = cudnnContext*;  ///< cudnnHandle_t
+
+/// Tensor uids of every graph (the variant pack is keyed by them).
+enum Uid : int64_t {
+  kUidQ = 1, kUidK, kUidV, kUidO, kUidStats, kUidScale,
+  kUidSeqQ, kUidSeqKv, kUidRaggedQ, kUidRaggedK, kUidRaggedV, kUidRaggedO,
+  kUidDescaleQ, kUidDescaleK, kUidDescaleV, kUidDescaleS, kUidScaleS, kUidScaleO,
+  kUidAmaxS, kUidAmaxO, kUidPageTableK, kUidPageTableV,
+};
+
+/// Loads libcudnn.so.9 (once per process; `library` is a dlopen name or path, empty for the
+/// default "libcudnn.so.9") and returns cudnnGetVersion(). FAILED_PRECONDITION with dlerror()
+/// when it cannot be loaded. Thread-safe.
+StatusOr<int64_t> LoadCudnn(const std::string& library);
+
+/// One cuDNN graph for a CudnnGraphSpec (opaque; defined in cudnn_graph.cc).
+class CudnnGraph {
+ public:
+  virtual ~CudnnGraph() = default;
+  /// Builds the operation graph, picks a plan by heuristics (mode A) and compiles it on the
+  /// handle's device. INTERNAL / FAILED_PRECONDITION with cuDNN's message on failure.
+  virtual Status Build(Handle handle) = 0;
+  /// cuDNN workspace bytes of the built plan.
+  virtual int64_t workspace_bytes() const = 0;
+  /// Enqueues the graph on the handle's stream. `pack` maps uids to device pointers (the
+  /// scale uid to a host float). No allocation on the device, no synchronisation.
+  virtual Status Execute(Handle handle, std::unordered_map<int64_t, void*>& pack,
+                         void* workspace) const = 0;
+};
+
+/// Creates and validates (frontend support checks for spec.sm; no device needed) the graph of
+/// `spec`. FAILED_PRECONDITION with the frontend's reason when cuDNN cannot express it.
+StatusOr<std::shared_ptr<CudnnGraph>> MakeCudnnGraph(const CudnnGraphSpec& spec);
+
+/// cudnnCreate / cudnnDestroy / cudnnSetStream through the loaded library.
+StatusOr<Handle> CreateHandle();
+void DestroyHandle(Handle handle);
+Status SetStream(Handle handle, cudaStream_t stream);
+
+/// Device-side preparation of a ragged graph's runtime tensors (cudnn_prep.cu): per-entry
+/// sequence lengths and element offsets of q/o and k/v rows for `graph_batch` entries (entries
+/// past shape.batch get length 0 and start at the end of the tensor).
+///   seq_q, seq_kv: (graph_batch) int32   ragged_q, ragged_kv: (graph_batch + 1) int32
+Status LaunchPrep(const AttentionShape& shape, const AttentionTensors& dev, int64_t graph_batch,
+                  int32_t* seq_q, int32_t* seq_kv, int32_t* ragged_q, int32_t* ragged_kv,
+                  cudaStream_t stream);
+
+/// After a ragged graph: rows that are padding (i >= T_b) or see no key get o = 0 and
+/// lse = -inf; other rows' lse is read from the graph's stats (graph_batch, N, graph_q_len)
+/// float32 into the layout of attention_problem.h. `stats` may be null when !return_lse.
+Status LaunchFixup(const AttentionShape& shape, const AttentionTensors& dev, DType o_dtype,
+                   const float* stats, int64_t graph_q_len, cudaStream_t stream);
+
+}  // namespace attn::kernels::cudnn_detail

@@ -1,0 +1,155 @@
+#include "backends/cudnn_setup.h"
+
+#include <spdlog/spdlog.h>
+
+#include "backends/calibration_runner.h"
+#include "backends/cudnn_warmup.h"
+#include "backends/unavailable_backend.h"
+#include "version.h"
+#if defined(ATTN_HAVE_CUDA)
+#include "backends/fp8_backend.h"
+#include "backends/gpu_context.h"
+#endif
+#if defined(ATTN_HAVE_CUDNN)
+#include "attn/kernels/cudnn_attention.h"
+#include "attn/kernels/cudnn_version.h"
+#include "backends/cudnn_backend.h"
+#endif
+
+namespace attn {
+namespace {
+
+void FillCalibration(const CalibrationTable* t, attention::v1::GetServerInfoResponse* r) {
+  if (t == nullptr) return;
+  for (const auto& [bucket, samples] : t->samples) {
+    auto* e = r->add_auto_calibration();
+    e->set_bucket(bucket);
+    auto c = t->choice.find(bucket);
+    if (c != t->choice.end()) e->set_backend(c->second);
+    for (const CalibrationSample& s : samples) {
+      auto* p = e->add_samples();
+      p->set_backend(s.backend);
+      p->set_parity_ok(s.parity_ok);
+      p->set_median_us(s.median_us);
+      p->set_note(s.note);
+    }
+  }
+}
+
+}  // namespace
+
+void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuContext> gpu,
+                            const std::string& why, BuiltBackends* built) {
+  BackendRegistry* reg = built->registry.get();
+  const BackendRegistry* creg = reg;
+#if defined(ATTN_HAVE_CUDNN)
+  std::shared_ptr<kernels::CudnnAttention> cudnn;
+  std::string cudnn_why = why;
+  if (gpu) {
+    kernels::CudnnOptions opt;
+    opt.library = config.cudnn_library;
+    auto c = kernels::CudnnAttention::Create(gpu->info().index, opt);
+    if (c.ok()) {
+      cudnn = std::move(*c);
+      spdlog::info("cuDNN {} loaded (built against {})",
+                   kernels::CudnnVersionString(cudnn->runtime_version()),
+                   kernels::CudnnVersionString(kernels::CudnnAttention::BuildVersion()));
+      auto shapes = ParseCudnnWarmup(config.cudnn_warmup);
+      if (shapes.ok() && !shapes->empty()) {
+        Status w = cudnn->Warmup(*shapes, /*fp8=*/false);
+        const kernels::CudnnCounters k = cudnn->counters();
+        spdlog::info("cuDNN warm-up: {} graphs in {:.2f} s{}", k.graphs, k.warmup_seconds,
+                     w.ok() ? "" : " (some failed: " + w.message() + ")");
+      } else if (!shapes.ok()) {
+        spdlog::error("{}", shapes.status().message());
+      }
+    } else {
+      cudnn_why = c.status().message();
+      spdlog::warn("cudnn backend unavailable: {}", cudnn_why);
+    }
+  }
+  reg->Add(std::make_unique<CudnnBackend>(gpu, cudnn, cudnn_why), /*auto_rank=*/20);
+  reg->Add(std::make_unique<Fp8Backend>(gpu, cudnn, cudnn_why), /*auto_rank=*/-1);
+  kernels::CudnnAttention* cd = cudnn.get();
+  built->facts.backend_info = [creg, cd, hold = cudnn](attention::v1::GetServerInfoResponse* r) {
+    FillCalibration(creg->calibration(), r);
+    if (cd == nullptr) return;
+    const kernels::CudnnCounters k = cd->counters();
+    auto* c = r->mutable_cudnn_cache();
+    c->set_runtime_version(kernels::CudnnVersionString(cd->runtime_version()));
+    c->set_build_version(kernels::CudnnVersionString(kernels::CudnnAttention::BuildVersion()));
+    c->set_graphs(k.graphs);
+    c->set_builds(k.builds);
+    c->set_request_path_builds(k.request_path_builds);
+    c->set_build_failures(k.build_failures);
+    c->set_hits(k.hits);
+    c->set_build_seconds(k.build_seconds);
+    c->set_warmup_seconds(k.warmup_seconds);
+  };
+#else
+  (void)config;
+#if defined(ATTN_CUDNN_UNAVAILABLE_REASON)
+  const std::string reason = ATTN_CUDNN_UNAVAILABLE_REASON;
+#else
+  const std::string reason = "this server was built without cuDNN";
+#endif
+  reg->Add(std::make_unique<UnavailableBackend>("cudnn", reason,
+                                                "cuDNN fused SDPA (needs cuDNN at build time)"),
+           /*auto_rank=*/-1);
+#if defined(ATTN_HAVE_CUDA)
+  reg->Add(std::make_unique<Fp8Backend>(gpu, nullptr, gpu ? reason : why), /*auto_rank=*/-1);
+#else
+  (void)gpu;
+  (void)why;
+  reg->Add(std::make_unique<UnavailableBackend>("fp8", "this server was built without CUDA",
+                                                "E4M3 attention (needs a CUDA build)"),
+           /*auto_rank=*/-1);
+#endif
+  built->facts.backend_info = [creg](attention::v1::GetServerInfoResponse* r) {
+    FillCalibration(creg->calibration(), r);
+  };
+#endif
+}
+
+Status SetUpAutoCalibration(const ServerConfig& config, BuiltBackends* built) {
+  // A bad --cudnn-warmup is a startup error in every build (not only where cuDNN is used).
+  auto warm = ParseCudnnWarmup(config.cudnn_warmup);
+  if (!warm.ok()) return warm.status();
+  if (!config.calibrate && config.calibration_file.empty()) return Status::Ok();
+  int candidates = 0;
+  for (Backend* b : built->registry->All()) {
+    if (b->available() && b->name() != "cpu") ++candidates;
+  }
+  if (candidates < 2) {
+    spdlog::info("auto: {} GPU backend(s) available, nothing to choose between: calibration "
+                 "skipped, static order kept", candidates);
+    return Status::Ok();
+  }
+  const std::string key = CalibrationDeviceKey(built->facts.device_name,
+                                               built->facts.cuda_driver_version, kAttnBuild);
+  if (!config.calibrate) {
+    auto t = LoadCalibration(config.calibration_file, key);
+    if (!t.ok()) {
+      spdlog::warn("auto keeps its static order: {}", t.status().message());
+      return Status::Ok();
+    }
+    spdlog::info("auto: calibration table loaded from {} ({} buckets)", config.calibration_file,
+                 t->choice.size());
+    built->registry->SetCalibration(std::make_shared<CalibrationTable>(std::move(*t)));
+    return Status::Ok();
+  }
+  CalibrationOptions opt;
+  opt.reps = config.calibration_reps;
+  spdlog::info("auto: calibrating {} buckets (--calibration-reps={})",
+               GridShapes(opt.grid).size(), opt.reps);
+  auto t = RunCalibration(built->registry->All(), opt, key);
+  if (!t.ok()) return t.status();
+  if (!config.calibration_file.empty()) {
+    Status s = SaveCalibration(config.calibration_file, *t);
+    if (!s.ok()) spdlog::warn("calibration not saved: {}", s.message());
+  }
+  built->registry->SetCalibration(std::make_shared<CalibrationTable>(std::move(*t)));
+  return Status::Ok();
+}
+
+}  // namespace attn

@@ -1,0 +1,20 @@
+# cudnn family unit tests (pure logic on CPU) and the server's auto calibration / warm-up
+# parsing. cudnn_graph_validate_test builds and validates real cuDNN graphs without a GPU
+# (CUDA builds with cuDNN found; skips when libcudnn.so.9 cannot be loaded).
+add_executable(cudnn_pure_test ${CMAKE_CURRENT_LIST_DIR}/cudnn_pure_test.cc)
+target_link_libraries(cudnn_pure_test PRIVATE attn_kernels GTest::gtest_main)
+gtest_discover_tests(cudnn_pure_test PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
+
+if(ATTN_CUDA AND ATTN_CUDNN_FOUND)
+  add_executable(cudnn_graph_validate_test ${CMAKE_CURRENT_LIST_DIR}/cudnn_graph_validate_test.cc)
+  target_include_directories(cudnn_graph_validate_test PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cudnn)
+  target_link_libraries(cudnn_graph_validate_test PRIVATE attn_kernels GTest::gtest_main)
+  gtest_discover_tests(cudnn_graph_validate_test PROPERTIES LABELS unit
+                       SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" DISCOVERY_TIMEOUT 60)
+endif()
+
+if(ATTN_SERVER)
+  add_executable(calibration_unit_test ${CMAKE_CURRENT_LIST_DIR}/calibration_test.cc)
+  target_link_libraries(calibration_unit_test PRIVATE attn_runtime GTest::gtest_main)
+  gtest_discover_tests(calibration_unit_test PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
+endif()
