@@ -47,6 +47,7 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
   double latency_sum_ms = 0;
   double latency_max_ms = 0;
   std::array<std::vector<double>, 7> phases;
+  std::vector<double> batch_sizes;
   for (const Sample& s : samples) {
     ++r.sent;
     if (s.status != "OK") {
@@ -63,6 +64,7 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
     r.kernel_s += static_cast<double>(s.phase_us[3]) * 1e-6;
     for (size_t p = 0; p < phases.size(); ++p)
       phases[p].push_back(static_cast<double>(s.phase_us[p]));
+    batch_sizes.push_back(static_cast<double>(s.batch_size));
     ++r.backends[s.backend.empty() ? "(none)"
                                    : s.backend + " on " + (s.device.empty() ? "?" : s.device)];
     if (s.verified) {
@@ -89,6 +91,7 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
   }
   if (r.kernel_s > 0) r.tflops = r.flops / r.kernel_s / 1e12;
   for (size_t p = 0; p < phases.size(); ++p) r.phases_us[kPhaseNames[p]] = Summarize(phases[p]);
+  r.batch_size = Summarize(std::move(batch_sizes));
   if (wall_s > 0) {
     r.requests_per_s = static_cast<double>(r.ok) / wall_s;
     r.tokens_per_s = static_cast<double>(r.query_tokens) / wall_s;
@@ -138,6 +141,10 @@ std::string FormatReport(const Report& r) {
       const Summary& s = r.phases_us.at(name);
       out << Row("  " + std::string(name), Format("%10.1f", s.mean) + Format(" %10.0f", s.p50));
     }
+    out << Row("server batch size",
+               Format("mean %.2f", r.batch_size.mean) + Format("  p50 %.0f", r.batch_size.p50) +
+                   Format("  p99 %.0f", r.batch_size.p99) + Format("  max %.0f", r.batch_size.max) +
+                   " (calls per launch; queue time is the phase above)");
   } else {
     out << Row("latency (ms)", "n/a (no successful request)");
   }
@@ -192,6 +199,7 @@ nlohmann::json ReportToJson(const Report& r) {
     j["server_phases_us"][name] = SummaryJson(r.phases_us.at(name), false);
   }
   j["backends"] = r.backends;
+  j["batch_size"] = SummaryJson(r.batch_size, true);
   j["verification"] = {{"fraction", r.info.verify_fraction},
                        {"tolerance", r.info.tolerance},
                        {"checked", r.verified},

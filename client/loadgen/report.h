@@ -28,6 +28,7 @@ struct Sample {
   std::array<int64_t, 7> phase_us{};  // ExecutionReport.times, kPhaseNames order
   std::string backend;                // ExecutionReport.backend
   std::string device;                 // ExecutionReport.device
+  int64_t batch_size = 0;             // ExecutionReport.batch_size (calls in its launch)
   bool verified = false;
   bool mismatch = false;
   double rel_error = 0;            // when verified
@@ -67,6 +68,7 @@ struct Report {
   double kernel_s = 0;                       // sum of kernel times over OK requests
   double tflops = 0;                         // flops / kernel_s / 1e12 (0 without kernel time)
   std::map<std::string, Summary> phases_us;  // by kPhaseNames, over OK requests
+  Summary batch_size;                        // ExecutionReport.batch_size over OK requests
   std::map<std::string, int64_t> backends;   // "backend on device" -> count
   int64_t verified = 0;
   int64_t mismatches = 0;

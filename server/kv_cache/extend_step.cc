@@ -82,8 +82,9 @@ Status DeriveScales(const void *x, DType dtype, int64_t T, int64_t K, int64_t H,
 
 }  // namespace
 
-Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
-                  const ExtendArgs &a, std::string *o, ExtendOutcome *out) {
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
+                     const std::string &owner, const ExtendArgs &a, std::string *o,
+                     ExtendOutcome *out, PreparedExtend *step) {
   auto locked = store->Acquire(a.sequence_id, owner);
   if (!locked.ok()) return locked.status();
   Sequence *seq = locked->seq.get();
@@ -103,7 +104,8 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
     out->length = L.table.length();
     out->replayed = true;
     out->kv_len = L.table.length();
-    return Status::Ok();
+    step->replayed = true;
+    return Status::Ok();  // the lock goes with `locked`
   }
   if (a.position != L.table.length()) {
     return FailedPrecondition("position " + std::to_string(a.position) + " does not match layer " +
@@ -148,7 +150,10 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
     const int32_t copy = pages[next++];
     Status cs = backend->CopyPage(view, shared, copy, L.table.LastPageTokens());
     if (!cs.ok()) {
-      store->ReleasePages(seq, pages.data(), static_cast<int64_t>(pages.size()));
+      // Reserved pages go back to the reserve, fresh ones to the pool.
+      for (int64_t i = from_spare - 1; i >= 0; --i) L.spare.push_back(pages[i]);
+      store->ReleasePages(seq, pages.data() + from_spare,
+                          static_cast<int64_t>(pages.size()) - from_spare);
       return cs;
     }
     L.table.ReplaceLast(copy);
@@ -158,48 +163,87 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
   L.table.AddPages(pages.data() + next, static_cast<int64_t>(pages.size() - next));
   L.table.SetLength(new_len);
 
+  step->locked = std::move(*locked);
+  step->layer = a.layer;
+  step->old_len = old_len;
+  step->from_spare = from_spare;
+  step->digest = digest;
+  step->k_scales = std::move(k_scales);
+  step->v_scales = std::move(v_scales);
+  step->started = t0;
   PagedLayerView lv;
   lv.pool = view;
   lv.block_table = L.table.pages().data();
   lv.num_blocks = L.table.num_blocks();
   lv.kv_len = new_len;
-  lv.k_scales = fp8 ? k_scales.data() : nullptr;
-  lv.v_scales = fp8 ? v_scales.data() : nullptr;
-  int64_t saturations = 0;
-  Status s = backend->Append(lv, old_len, T, a.k, a.v, c.dtype, &saturations);
-  if (s.ok()) {
-    const size_t o_bytes =
-        static_cast<size_t>(T * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype));
-    o->resize(o_bytes);
-    PagedQuery q{a.q, T, c.num_heads, c.dtype, c.scale};
-    s = backend->Attend(lv, q, o->data());
-  }
-  if (!s.ok()) {
-    // Roll back: the layer keeps its old length; the new pages go back to the
-    // pool.
-    std::vector<int32_t> dropped = L.table.Truncate(old_len);
-    size_t keep = std::min(dropped.size(), static_cast<size_t>(from_spare));
-    L.spare.insert(L.spare.end(), dropped.begin(), dropped.begin() + keep);
-    store->ReleasePages(seq, dropped.data() + keep, static_cast<int64_t>(dropped.size() - keep));
-    o->clear();
-    return s;
-  }
+  lv.k_scales = fp8 ? step->k_scales.data() : nullptr;
+  lv.v_scales = fp8 ? step->v_scales.data() : nullptr;
+  step->append.layer = lv;
+  step->append.start = old_len;
+  step->append.tokens = T;
+  step->append.k = a.k;
+  step->append.v = a.v;
+  step->append.src_dtype = c.dtype;
+  step->append.saturations = 0;
+  o->resize(static_cast<size_t>(T * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype)));
+  step->attend.layer = lv;
+  step->attend.query = PagedQuery{a.q, T, c.num_heads, c.dtype, c.scale};
+  step->attend.o = o->data();
+  return Status::Ok();
+}
+
+void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,
+                  ExtendOutcome *out) {
+  Sequence *seq = step->locked.seq.get();
+  LayerState &L = seq->layers[static_cast<size_t>(step->layer)];
+  const bool fp8 = seq->config.kv_dtype == DType::kFloat8E4M3;
   if (fp8 && L.k_scales.empty()) {
-    L.k_scales = std::move(k_scales);
-    L.v_scales = std::move(v_scales);
+    L.k_scales = std::move(step->k_scales);
+    L.v_scales = std::move(step->v_scales);
   }
+  const int64_t saturations = step->append.saturations;
   seq->fp8_saturations += saturations;
   store->AddSaturations(saturations);
   L.last.valid = true;
-  L.last.position = a.position;
-  L.last.tokens = T;
-  L.last.digest = digest;
-  L.last.o = *o;
-  out->length = new_len;
-  out->kv_len = new_len;
-  out->kernel_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  L.last.position = step->append.start;
+  L.last.tokens = step->append.tokens;
+  L.last.digest = step->digest;
+  L.last.o = o;
+  out->length = L.table.length();
+  out->kv_len = L.table.length();
+  out->kernel_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now() - step->started)
+                       .count();
+  step->locked.lock.unlock();
+  step->locked.seq.reset();
+}
+
+void AbortExtend(SequenceStore *store, PreparedExtend *step, std::string *o) {
+  Sequence *seq = step->locked.seq.get();
+  LayerState &L = seq->layers[static_cast<size_t>(step->layer)];
+  // Roll back: the layer keeps its old length; the new pages go back to the
+  // pool (reserved ones to the reserve).
+  std::vector<int32_t> dropped = L.table.Truncate(step->old_len);
+  size_t keep = std::min(dropped.size(), static_cast<size_t>(step->from_spare));
+  L.spare.insert(L.spare.end(), dropped.begin(), dropped.begin() + keep);
+  store->ReleasePages(seq, dropped.data() + keep, static_cast<int64_t>(dropped.size() - keep));
+  o->clear();
+  step->locked.lock.unlock();
+  step->locked.seq.reset();
+}
+
+Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                  const ExtendArgs &a, std::string *o, ExtendOutcome *out) {
+  PreparedExtend step;
+  ATTN_RETURN_IF_ERROR(PrepareExtend(store, backend, owner, a, o, out, &step));
+  if (step.replayed) return Status::Ok();
+  Status s = backend->AppendBatch(&step.append, 1);
+  if (s.ok()) s = backend->AttendBatch(&step.attend, 1);
+  if (!s.ok()) {
+    AbortExtend(store, &step, o);
+    return s;
+  }
+  CommitExtend(store, &step, *o, out);
   return Status::Ok();
 }
 

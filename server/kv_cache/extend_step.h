@@ -10,8 +10,10 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
@@ -44,7 +46,41 @@ struct ExtendOutcome {
 };
 
 /// Runs the step for `owner`; on success `o` holds the (T, N, H) output bytes.
+/// Same as PrepareExtend + Append + Attend + CommitExtend (AbortExtend on failure).
 Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
                   const ExtendArgs &args, std::string *o, ExtendOutcome *outcome);
+
+/// A step between PrepareExtend and CommitExtend/AbortExtend: the sequence stays locked, the
+/// layer's block table already covers the new tokens (pages taken, a shared partial page
+/// copied), nothing is written yet. `append` and `attend` describe the compute still to do
+/// (their pointers refer into this object and the sequence: keep both alive and unmoved).
+/// Used by the batched executor (kv_cache/extend_batch.h) to run many steps in one launch.
+struct PreparedExtend {
+  LockedSequence locked;
+  bool replayed = false;   ///< an exact replay: `o` is already filled, nothing to compute
+  int32_t layer = 0;
+  PagedAppendItem append;  ///< k/v to write (tokens T at the old length)
+  PagedAttendItem attend;  ///< q over the layer after the append; o points at the output
+  int64_t old_len = 0;
+  int64_t from_spare = 0;  ///< pages taken from the layer's reserve (given back on abort)
+  uint64_t digest = 0;
+  std::vector<float> k_scales, v_scales;  ///< FP8 scales in use (derived on first prefill)
+  std::chrono::steady_clock::time_point started;
+};
+
+/// Locks the sequence, checks `args` (layer, dtypes, shapes, position), answers an exact
+/// replay from the stored result, or takes the pages the step needs. `o` is resized to the
+/// output size (and filled for a replay); `step` must not move until Commit/Abort.
+/// Errors as ExtendStep; on error nothing is held and nothing changed.
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
+                     const std::string &owner, const ExtendArgs &args, std::string *o,
+                     ExtendOutcome *outcome, PreparedExtend *step);
+/// After the append and attend ran: records the step (last step for replays, FP8 scales,
+/// saturations), fills `outcome` and unlocks the sequence.
+void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,
+                  ExtendOutcome *outcome);
+/// After a failed append or attend: the layer keeps its old length, the new pages go back
+/// (reserved ones to the reserve), `o` is cleared, and the sequence is unlocked.
+void AbortExtend(SequenceStore *store, PreparedExtend *step, std::string *o);
 
 }  // namespace attn

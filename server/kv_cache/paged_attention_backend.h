@@ -1,11 +1,13 @@
 // The compute behind stateful sequences: append new K/V into a layer's pages
-// and attend over them. The CPU implementation (CpuPagedAttention) serves every
-// build today; the GPU paged append/decode kernels (kernels/decode/, same page
-// format) plug in here as a second implementation once they land, together with
-// a device-memory page pool. Thread-safety: implementations must allow
-// concurrent calls on different sequences.
+// and attend over them. Two implementations share the page format: the CPU one
+// (CpuPagedAttention, pages in host memory) and the GPU one (GpuPagedAttention,
+// pages in device memory, kernels/decode/). Pointers in PagedLayerView.pool are
+// where the pages live; block tables, scales and q/k/v/o are host memory.
+// Thread-safety: implementations must allow concurrent calls on different
+// sequences.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,10 +38,37 @@ struct PagedQuery {
   float scale = 0.f;
 };
 
+/// One sequence's append in AppendBatch: k, v ((tokens, K, H) of src_dtype) written at
+/// tokens [start, start + tokens) of `layer`.
+struct PagedAppendItem {
+  PagedLayerView layer;
+  int64_t start = 0;
+  int64_t tokens = 0;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  kernels::DType src_dtype = kernels::DType::kBFloat16;
+  int64_t saturations = 0;  ///< out: FP8 elements clamped while writing this item
+};
+
+/// One sequence's attention in AttendBatch: o ((T, N, H) of query.dtype) over `layer`.
+struct PagedAttendItem {
+  PagedLayerView layer;
+  PagedQuery query;
+  void *o = nullptr;
+};
+
 class PagedAttentionBackend {
  public:
   virtual ~PagedAttentionBackend() = default;
   virtual const std::string &name() const = 0;
+  /// Ok when sequences of this configuration (q/k/v `dtype`, pages of `kv_dtype`, N query
+  /// heads, K kv heads, head dim H) can be served; otherwise FAILED_PRECONDITION with the
+  /// reason, returned by CreateSequence before anything is stored. Default: everything.
+  virtual Status SupportsSequence(kernels::DType dtype, kernels::DType kv_dtype, int64_t num_heads,
+                                  int64_t num_kv_heads, int64_t head_dim) const {
+    (void)dtype, (void)kv_dtype, (void)num_heads, (void)num_kv_heads, (void)head_dim;
+    return Status::Ok();
+  }
   /// Writes k, v ((T, K, H) of `src_dtype`) at tokens [start, start + T) of the
   /// layer. FP8 pages add their saturated element count to *saturations.
   virtual Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,
@@ -49,6 +78,29 @@ class PagedAttentionBackend {
                           int64_t tokens) = 0;
   /// Computes o ((T, N, H) of q.dtype) over the layer's cache.
   virtual Status Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) = 0;
+  /// Appends for several (sequence, layer)s in one launch (continuous batching, DESIGN.md §8):
+  /// `items[0..n)` are distinct (sequence, layer)s of one sub-pool. Each item's saturations
+  /// are added to its own `saturations`. All-or-nothing per call: on error the caller rolls
+  /// every item back. Default: Append for each item in order.
+  virtual Status AppendBatch(PagedAppendItem *items, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      PagedAppendItem &a = items[i];
+      ATTN_RETURN_IF_ERROR(
+          Append(a.layer, a.start, a.tokens, a.k, a.v, a.src_dtype, &a.saturations));
+    }
+    return Status::Ok();
+  }
+  /// Attends several (sequence, layer)s in one launch: `items[0..n)` are distinct
+  /// (sequence, layer)s of one sub-pool whose queries share dtype, num_heads and scale (the
+  /// caller groups them); q lengths may differ (decode T=1 next to a short prefill). A GPU
+  /// implementation runs one paged launch over all of them (block tables, kv_lengths, q
+  /// offsets). Default: Attend for each item in order.
+  virtual Status AttendBatch(const PagedAttendItem *items, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      ATTN_RETURN_IF_ERROR(Attend(items[i].layer, items[i].query, items[i].o));
+    }
+    return Status::Ok();
+  }
 };
 
 }  // namespace attn

@@ -87,8 +87,10 @@ def test_counts_match_what_was_sent(served):
     assert v("attn_requests_total", method="GetServerInfo", code="OK") == 1
     for phase in ("decode", "queue", "host_to_device", "kernel", "device_to_host", "encode"):
         assert v("attn_phase_duration_seconds_count", backend="cpu", phase=phase) == CALLS
-    assert v("attn_batch_size_requests_count", backend="cpu") == CALLS
-    assert v("attn_batch_size_requests_sum", backend="cpu") == CALLS  # batch size 1
+    # One observation per launch; concurrent calls may share a launch (dynamic batching), so
+    # launches <= calls while the requests and tokens summed over launches are exact.
+    assert 1 <= v("attn_batch_size_requests_count", backend="cpu") <= CALLS
+    assert v("attn_batch_size_requests_sum", backend="cpu") == CALLS
     assert v("attn_batch_tokens_sum", backend="cpu") == CALLS * 48
     assert v("attn_kernel_flops_per_second_count", backend="cpu") > 0
     assert v("attn_requests_in_flight") == 0

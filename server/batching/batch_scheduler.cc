@@ -1,0 +1,217 @@
+#include "batching/batch_scheduler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <utility>
+
+namespace attn {
+namespace {
+
+int64_t SteadyNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+BatchScheduler::BatchScheduler(const BatchSchedulerOptions& options, BatchExecutor executor,
+                               std::function<int64_t()> now_us)
+    : options_(options),
+      executor_(std::move(executor)),
+      now_us_(now_us ? std::move(now_us) : SteadyNowUs) {
+  const int n = std::max(1, options_.threads);
+  threads_.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+BatchScheduler::~BatchScheduler() { Stop(); }
+
+Status BatchScheduler::Enqueue(std::unique_ptr<BatchItem>* item) {
+  std::vector<std::unique_ptr<BatchItem>> one;
+  one.push_back(std::move(*item));
+  Status s = Enqueue(&one);
+  if (!s.ok()) *item = std::move(one.front());
+  return s;
+}
+
+Status BatchScheduler::Enqueue(std::vector<std::unique_ptr<BatchItem>>* items) {
+  if (items->empty()) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable(options_.name + " queue is stopping (server shutdown)");
+    const int64_t waiting = queued_requests_.load();
+    const int64_t asked = static_cast<int64_t>(items->size());
+    if (waiting > 0 && waiting + asked > options_.max_queued) {
+      return ResourceExhausted(options_.name + " queue is full: " + std::to_string(waiting) +
+                               " waiting, " + std::to_string(asked) + " more asked, limit " +
+                               std::to_string(options_.max_queued) + " (--max-queue-requests)");
+    }
+    const int64_t now = now_us_();
+    for (auto& item : *items) {
+      item->enqueued_us = now;
+      queued_requests_.fetch_add(1);
+      queued_tokens_.fetch_add(item->tokens);
+      queues_[item->signature].push_back(std::move(item));
+    }
+  }
+  items->clear();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void BatchScheduler::Notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sweep_ = true;
+  }
+  cv_.notify_one();
+}
+
+void BatchScheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && threads_.empty()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+Status BatchScheduler::Dead(const BatchItem& item) {
+  if (item.Cancelled()) {
+    return Status(StatusCode::kCancelled, "cancelled by the client while queued");
+  }
+  if (std::chrono::system_clock::now() >= item.deadline()) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "deadline passed while queued; the call was not computed");
+  }
+  return Status::Ok();
+}
+
+void BatchScheduler::Removed(const BatchItem& item) {
+  queued_requests_.fetch_sub(1);
+  queued_tokens_.fetch_sub(item.tokens);
+}
+
+void BatchScheduler::SweepLocked(
+    std::vector<std::pair<std::unique_ptr<BatchItem>, Status>>* dead) {
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    Queue& q = it->second;
+    Queue keep;
+    for (auto& item : q) {
+      Status s = Dead(*item);
+      if (s.ok()) {
+        keep.push_back(std::move(item));
+      } else {
+        Removed(*item);
+        dead->emplace_back(std::move(item), std::move(s));
+      }
+    }
+    q.swap(keep);
+    it = q.empty() ? queues_.erase(it) : std::next(it);
+  }
+}
+
+void BatchScheduler::Loop() {
+  std::vector<QueuedItem> view;
+  std::vector<std::pair<std::unique_ptr<BatchItem>, Status>> dead;
+  std::vector<std::unique_ptr<BatchItem>> batch;
+  std::set<std::string> keys;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (sweep_) {
+      sweep_ = false;
+      SweepLocked(&dead);
+    }
+    if (!dead.empty()) {
+      lock.unlock();
+      for (auto& [item, status] : dead) item->Drop(status);
+      dead.clear();
+      lock.lock();
+      continue;
+    }
+    if (queues_.empty()) {
+      if (stopping_) return;
+      cv_.wait(lock);
+      continue;
+    }
+    // Pick the run-now batch whose head has waited longest; else the earliest wake-up.
+    const int64_t now = now_us_();
+    Queue* best = nullptr;
+    std::map<std::string, Queue>::iterator best_it;
+    BatchDecision best_d;
+    int64_t wait_us = std::numeric_limits<int64_t>::max();
+    for (auto it = queues_.begin(); it != queues_.end(); ++it) {
+      Queue& q = it->second;
+      const size_t limit = static_cast<size_t>(
+          std::min<int64_t>(static_cast<int64_t>(q.size()),
+                            std::max<int64_t>(1, options_.policy.max_batch_requests) + 1));
+      view.clear();
+      keys.clear();
+      for (size_t i = 0; i < limit; ++i) {
+        const BatchItem& item = *q[i];
+        QueuedItem v{item.tokens, item.enqueued_us, false};
+        if (!item.exclusive_key.empty() && !keys.insert(item.exclusive_key).second) {
+          v.barrier = true;
+        }
+        view.push_back(v);
+      }
+      BatchDecision d = Decide(view.data(), view.size(), now, options_.policy);
+      if (d.kind == BatchDecision::Kind::kWait && stopping_) d.kind = BatchDecision::Kind::kRunNow;
+      if (d.kind == BatchDecision::Kind::kRunNow) {
+        if (best == nullptr || q.front()->enqueued_us < best->front()->enqueued_us) {
+          best = &q;
+          best_it = it;
+          best_d = d;
+        }
+      } else if (d.kind == BatchDecision::Kind::kWait) {
+        wait_us = std::min(wait_us, d.wait_us);
+      }
+    }
+    if (best == nullptr) {
+      cv_.wait_for(lock, std::chrono::microseconds(wait_us));
+      continue;
+    }
+    const int64_t taken_at = now_us_();
+    for (size_t i = 0; i < best_d.count; ++i) {
+      std::unique_ptr<BatchItem> item = std::move(best->front());
+      best->pop_front();
+      Removed(*item);
+      item->dequeued_us = taken_at;
+      batch.push_back(std::move(item));
+    }
+    if (best->empty()) queues_.erase(best_it);
+    const bool more = !queues_.empty();
+    lock.unlock();
+    if (more) cv_.notify_one();  // another thread may take the next batch
+    // Expired or cancelled work is dropped before launch, never computed.
+    size_t live = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Status s = Dead(*batch[i]);
+      if (!s.ok()) {
+        batch[i]->Drop(s);
+        batch[i].reset();
+      } else {
+        if (live != i) batch[live] = std::move(batch[i]);
+        ++live;
+      }
+    }
+    batch.resize(live);
+    if (!batch.empty()) {
+      batches_run_.fetch_add(1);
+      items_run_.fetch_add(static_cast<int64_t>(batch.size()));
+      executor_(batch);
+    }
+    batch.clear();
+    lock.lock();
+  }
+}
+
+}  // namespace attn

@@ -1,0 +1,105 @@
+// The batching stage between the services and the compute (DESIGN.md §8).
+//
+// Items wait in one FIFO queue per signature. A fixed set of executor threads each take the
+// next batch when they are free: under the scheduler lock a thread asks Decide() (the pure
+// rule, batch_decision.h) about every signature's queue, takes the run-now batch whose head
+// waited longest, and runs it through the executor outside the lock; when nothing may run
+// yet it sleeps until the earliest "wait" expires or new work arrives. So while all executors
+// are busy, compatible work piles up and is launched together (continuous batching), and
+// --max-queue-delay-us can hold an idle executor back to let a batch grow.
+//
+// Before launch every taken item is checked: a cancelled call or one past its deadline is
+// dropped (Drop with CANCELLED / DEADLINE_EXCEEDED) and never computed. Notify() (called from
+// a reactor's OnCancel) makes a thread sweep the queues at once, so cancelled calls release
+// what they hold without waiting for their batch. The queue is bounded: Enqueue beyond
+// max_queued items is refused with RESOURCE_EXHAUSTED giving the numbers.
+//
+// Stop(): new work is refused (UNAVAILABLE); queued work is still run; then the threads are
+// joined. Thread-safety: all methods are thread-safe; the executor runs on scheduler threads,
+// several batches at once (one per thread).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attn/kernels/status.h"
+#include "batching/batch_decision.h"
+#include "batching/batch_item.h"
+#include "batching/batch_policy.h"
+
+namespace attn {
+
+struct BatchSchedulerOptions {
+  BatchPolicy policy;
+  int threads = 1;          ///< executor threads (>= 1)
+  int64_t max_queued = 1024;  ///< items allowed to wait (--max-queue-requests)
+  std::string name = "batch";  ///< for logs and error messages, e.g. "Attend"
+};
+
+/// Runs one batch: every item is live (not cancelled, not expired) and compatible; the
+/// executor must end every item's call exactly once. Items are destroyed after it returns.
+using BatchExecutor = std::function<void(std::vector<std::unique_ptr<BatchItem>>& batch)>;
+
+class BatchScheduler {
+ public:
+  /// Starts the executor threads. `now_us`: monotonic clock in µs (null: steady_clock).
+  BatchScheduler(const BatchSchedulerOptions& options, BatchExecutor executor,
+                 std::function<int64_t()> now_us = nullptr);
+  ~BatchScheduler();
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+
+  /// Queues all of `items` (in order) or none. On success `items` is emptied. An all-or-none
+  /// group larger than max_queued is admitted only into an empty queue.
+  /// Errors: RESOURCE_EXHAUSTED (queue full: waiting, asked, limit), UNAVAILABLE (stopping).
+  Status Enqueue(std::vector<std::unique_ptr<BatchItem>>* items);
+  /// Queues one item; on error the item is still owned by `item`.
+  Status Enqueue(std::unique_ptr<BatchItem>* item);
+  /// Wakes a thread to drop cancelled/expired items now (e.g. from OnCancel).
+  void Notify();
+  /// Refuses new work, runs what is queued, joins the threads. Idempotent.
+  void Stop();
+
+  /// Items waiting (not yet taken into a batch); for GetLoad and attn_requests_queued.
+  int64_t queued_requests() const { return queued_requests_.load(); }
+  /// Query tokens of the waiting items.
+  int64_t queued_tokens() const { return queued_tokens_.load(); }
+  /// Batches launched and items they held, since start (for tests and logs).
+  int64_t batches_run() const { return batches_run_.load(); }
+  int64_t items_run() const { return items_run_.load(); }
+  const BatchSchedulerOptions& options() const { return options_; }
+
+ private:
+  using Queue = std::deque<std::unique_ptr<BatchItem>>;
+  void Loop();
+  // Scheduler lock held: moves dead items out of every queue into *dead.
+  void SweepLocked(std::vector<std::pair<std::unique_ptr<BatchItem>, Status>>* dead);
+  // Why `item` must not run now (CANCELLED / DEADLINE_EXCEEDED), or Ok.
+  static Status Dead(const BatchItem& item);
+  void Removed(const BatchItem& item);  // lock held: counters
+
+  const BatchSchedulerOptions options_;
+  const BatchExecutor executor_;
+  const std::function<int64_t()> now_us_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Queue> queues_;  // signature → FIFO; empty queues are erased
+  bool stopping_ = false;
+  bool sweep_ = false;
+  std::atomic<int64_t> queued_requests_{0};
+  std::atomic<int64_t> queued_tokens_{0};
+  std::atomic<int64_t> batches_run_{0};
+  std::atomic<int64_t> items_run_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace attn

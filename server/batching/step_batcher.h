@@ -1,0 +1,73 @@
+// Continuous batching of sequence steps across RPCs (DESIGN.md §8): Extend calls,
+// ExtendBatch entries and ExtendStream messages wait in one BatchScheduler and run together
+// through RunExtendSteps (kv_cache/extend_batch.h): one append and one paged attention launch
+// per compatible group.
+//
+// Signature: the step's q dtype, N, K, H (from its tensors; the sequence's kv dtype and
+// scale split a batch further at launch). Tokens: the step's T, so a long prefill fills the
+// token budget and runs alone instead of delaying decodes behind it in one launch. Exclusive
+// key: the sequence id, so a batch never holds two steps of one sequence (they run in FIFO
+// order in later batches). Deadlines and cancellation are checked before launch.
+// Each step's ExtendResponse carries the launch's batch size and tokens and the step's
+// queue time in its ExecutionReport. Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/v1/sequence.pb.h"
+#include "attn/kernels/status.h"
+#include "batching/batch_scheduler.h"
+#include "kv_cache/extend_step.h"
+#include "kv_cache/paged_attention_backend.h"
+#include "kv_cache/sequence_store.h"
+
+namespace attn {
+
+/// One step to run and where its result goes.
+struct StepRequest {
+  /// The call it belongs to: cancellation and deadline (not owned; outlives the step).
+  grpc::CallbackServerContext* context = nullptr;
+  std::string owner;  ///< caller identity
+  ExtendArgs args;    ///< validated (ValidateExtend); pointers alias the request's bytes
+  attention::v1::ExtendResponse* response = nullptr;  ///< filled on success, cleared on error
+  /// Called exactly once when the step ends: its status, and whether it ran (false when it
+  /// was dropped before launch: cancelled, deadline passed, shutting down).
+  std::function<void(const Status& status, bool ran)> done;
+  /// When the call was received (for decode_us and total_us).
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+};
+
+class StepBatcher {
+ public:
+  /// `store` and `backend` are not owned and must outlive the batcher.
+  StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
+              const BatchSchedulerOptions& options);
+
+  /// Queues all `steps` (in order) or none; on success each `done` will be called once.
+  /// Errors (nothing queued, no `done` called): RESOURCE_EXHAUSTED (queue full, with the
+  /// numbers), UNAVAILABLE (stopping).
+  Status Enqueue(std::vector<StepRequest>* steps);
+  /// Wakes the scheduler to drop cancelled steps now (from OnCancel).
+  void Notify() { scheduler_->Notify(); }
+  /// Runs what is queued, then stops the threads.
+  void Stop() { scheduler_->Stop(); }
+  int64_t queued_requests() const { return scheduler_->queued_requests(); }
+  int64_t queued_tokens() const { return scheduler_->queued_tokens(); }
+  BatchScheduler* scheduler() { return scheduler_.get(); }
+
+ private:
+  class StepItem;
+  void Run(std::vector<std::unique_ptr<BatchItem>>& batch);
+
+  SequenceStore* const store_;
+  PagedAttentionBackend* const backend_;
+  std::unique_ptr<BatchScheduler> scheduler_;  // last: its threads stop first
+};
+
+}  // namespace attn

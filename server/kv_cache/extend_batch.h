@@ -1,0 +1,42 @@
+// Continuous batching of sequence steps (DESIGN.md §8): many Extend steps on distinct
+// sequences, from different RPCs (Extend, ExtendBatch entries, ExtendStream messages), run as
+// one append launch and one paged attention launch per compatible group.
+//
+// Each step is prepared on its own (PrepareExtend: lock, checks, replay, pages), in sequence-id
+// order so that two threads running overlapping batches never deadlock. Prepared steps are
+// grouped by (sub-pool, q dtype, q heads, scale) and each group runs AppendBatch then
+// AttendBatch on the PagedAttentionBackend (appends before the attend of the same step); a
+// failed launch rolls back every step of its group (AbortExtend) and reports the error on
+// each. Per-(sequence, layer) rules are those of ExtendStep: position checks, exact replays
+// answered from the stored result, concurrent steps on one sequence run one after the other
+// (a batch never holds two steps of one sequence: those run after the batch, in order).
+// Thread-safety: thread-safe; the steps' outputs and outcomes are written by this call only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attn/kernels/status.h"
+#include "kv_cache/extend_step.h"
+#include "kv_cache/paged_attention_backend.h"
+#include "kv_cache/sequence_store.h"
+
+namespace attn {
+
+/// One step of a batch: inputs, and where its result goes.
+struct BatchedExtend {
+  const ExtendArgs *args = nullptr;    ///< decoded request (pointers alias its bytes)
+  const std::string *owner = nullptr;  ///< caller identity
+  std::string *o = nullptr;            ///< out: (T, N, H) output bytes
+  ExtendOutcome *outcome = nullptr;    ///< out
+  Status status;                       ///< out: the step's result
+  int64_t launch_size = 0;    ///< out: steps in the attention launch it ran in (0: none ran)
+  int64_t launch_tokens = 0;  ///< out: query tokens of that launch
+};
+
+/// Runs `steps[0..n)`; every step gets its own status (errors as ExtendStep).
+void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExtend *steps,
+                    size_t n);
+
+}  // namespace attn

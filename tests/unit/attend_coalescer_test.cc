@@ -1,0 +1,222 @@
+// PackedAttend (server/batching/attend_coalescer.h): a batch of Attend problems packed into one
+// varlen launch on the cpu backend gives each request bitwise the output (and lse) it gets
+// alone, for random compositions and orders of padded (with and without lengths) and varlen
+// requests, every mask kind, GQA, fp32 and bf16.
+#include "batching/attend_coalescer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/kernels/host_dtype.h"
+#include "backends/cpu_backend.h"
+
+namespace attn {
+namespace {
+
+namespace pb = attention::v1;
+
+struct Shape {
+  int64_t N = 4, K = 2, H = 16;
+  pb::DType dtype = pb::FLOAT32;
+  pb::CausalAlignment causal = pb::CAUSAL_NONE;
+  int64_t window_left = -1;
+  bool lse = false;
+};
+
+void Fill(pb::Tensor* t, pb::DType dtype, std::vector<int64_t> shape, std::mt19937_64* rng) {
+  t->set_dtype(dtype);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t->add_shape(d);
+    n *= d;
+  }
+  const kernels::DType kd = dtype == pb::FLOAT32 ? kernels::DType::kFloat32
+                                                 : kernels::DType::kBFloat16;
+  t->mutable_data()->resize(static_cast<size_t>(n * kernels::DTypeSize(kd)));
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < n; ++i) {
+    kernels::StoreFromFloat(t->mutable_data()->data(), kd, i, normal(*rng));
+  }
+}
+
+pb::AttendRequest RandomRequest(const Shape& s, std::mt19937_64* rng) {
+  pb::AttendRequest r;
+  std::uniform_int_distribution<int> kind(0, 2), len(1, 9), batch(1, 3);
+  auto* m = r.mutable_mask();
+  m->set_causal(s.causal);
+  if (s.window_left >= 0) m->set_window_left(s.window_left);
+  r.set_return_lse(s.lse);
+  const int k = kind(*rng);
+  const int64_t B = batch(*rng);
+  if (k == 2) {  // varlen
+    r.set_layout(pb::LAYOUT_VARLEN);
+    int64_t tq = 0, tk = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int q = len(*rng) - 1, kv = len(*rng) - 1;  // zero lengths included
+      r.add_q_lengths(q);
+      r.add_kv_lengths(kv);
+      tq += q;
+      tk += kv;
+    }
+    if (tq == 0) {  // tensors need an extent >= 1
+      r.set_q_lengths(0, 1);
+      tq = 1;
+    }
+    if (tk == 0) {
+      r.set_kv_lengths(0, 1);
+      tk = 1;
+    }
+    Fill(r.mutable_q(), s.dtype, {tq, s.N, s.H}, rng);
+    Fill(r.mutable_k(), s.dtype, {tk, s.K, s.H}, rng);
+    Fill(r.mutable_v(), s.dtype, {tk, s.K, s.H}, rng);
+  } else {  // padded, with (k == 1) or without lengths
+    r.set_layout(pb::LAYOUT_PADDED);
+    const int64_t T = len(*rng), S = len(*rng);
+    Fill(r.mutable_q(), s.dtype, {B, T, s.N, s.H}, rng);
+    Fill(r.mutable_k(), s.dtype, {B, S, s.K, s.H}, rng);
+    Fill(r.mutable_v(), s.dtype, {B, S, s.K, s.H}, rng);
+    if (k == 1) {
+      std::uniform_int_distribution<int64_t> tl(0, T), sl(0, S);
+      for (int64_t b = 0; b < B; ++b) {
+        r.add_q_lengths(static_cast<int32_t>(tl(*rng)));
+        r.add_kv_lengths(static_cast<int32_t>(sl(*rng)));
+      }
+    }
+  }
+  return r;
+}
+
+struct Output {
+  std::string o;
+  std::vector<float> lse;
+};
+
+Output RunAlone(CpuBackend* cpu, const ValidatedAttend& v) {
+  Output out;
+  out.o.assign(v.o_bytes, '\x55');  // garbage: every byte must be written
+  if (v.shape.return_lse) out.lse.assign(static_cast<size_t>(v.shape.lse_elements()), 7.f);
+  ExecuteTimes t;
+  Status s = cpu->Execute(v.shape, v.Tensors(out.o.data(), v.shape.return_lse ? out.lse.data()
+                                                                              : nullptr),
+                          &t);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return out;
+}
+
+TEST(AttendCoalescer, BatchedEqualsAloneBitwiseForRandomCompositions) {
+  CpuBackend cpu(1);
+  std::mt19937_64 rng(20240601);
+  std::vector<Shape> shapes;
+  for (pb::DType dt : {pb::FLOAT32, pb::BFLOAT16}) {
+    for (pb::CausalAlignment c : {pb::CAUSAL_NONE, pb::CAUSAL_TOP_LEFT, pb::CAUSAL_BOTTOM_RIGHT}) {
+      for (bool lse : {false, true}) {
+        Shape s;
+        s.dtype = dt;
+        s.causal = c;
+        s.lse = lse;
+        s.window_left = c == pb::CAUSAL_BOTTOM_RIGHT ? 3 : -1;
+        shapes.push_back(s);
+      }
+    }
+  }
+  Shape mqa;
+  mqa.K = 1;
+  mqa.lse = true;
+  shapes.push_back(mqa);
+  int checked = 0;
+  for (const Shape& shape : shapes) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const int parts = std::uniform_int_distribution<int>(1, 6)(rng);
+      std::vector<pb::AttendRequest> requests;
+      for (int i = 0; i < parts; ++i) requests.push_back(RandomRequest(shape, &rng));
+      std::shuffle(requests.begin(), requests.end(), rng);
+      std::vector<ValidatedAttend> validated;
+      for (const auto& r : requests) {
+        auto v = ValidateAttend(r);
+        ASSERT_TRUE(v.ok()) << v.status().ToString();
+        validated.push_back(std::move(*v));
+      }
+      std::vector<const ValidatedAttend*> ptrs;
+      for (const auto& v : validated) {
+        ptrs.push_back(&v);
+        EXPECT_EQ(AttendSignature(v, "cpu"), AttendSignature(validated[0], "cpu"));
+      }
+      auto packed = PackedAttend::Pack(ptrs);
+      ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+      int64_t tokens = 0;
+      for (const auto& v : validated) tokens += v.query_tokens;
+      EXPECT_EQ(packed->query_tokens(), tokens);
+      ASSERT_TRUE(cpu.Supports(packed->shape()).ok());
+      ExecuteTimes t;
+      ASSERT_TRUE(cpu.Execute(packed->shape(), packed->Tensors(), &t).ok());
+      for (size_t i = 0; i < validated.size(); ++i) {
+        const ValidatedAttend& v = validated[i];
+        const Output alone = RunAlone(&cpu, v);
+        Output batched;
+        batched.o.assign(v.o_bytes, '\x55');
+        if (v.shape.return_lse) {
+          batched.lse.assign(static_cast<size_t>(v.shape.lse_elements()), 7.f);
+        }
+        packed->Scatter(i, v, batched.o.data(), v.shape.return_lse ? batched.lse.data() : nullptr);
+        ASSERT_EQ(batched.o, alone.o) << "part " << i << " of " << validated.size();
+        ASSERT_EQ(batched.lse.size(), alone.lse.size());
+        EXPECT_EQ(0, std::memcmp(batched.lse.data(), alone.lse.data(),
+                                 batched.lse.size() * sizeof(float)))
+            << "lse of part " << i;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(AttendCoalescer, SignatureSeparatesWhatCannotShareALaunch) {
+  std::mt19937_64 rng(3);
+  Shape base;
+  auto sig = [&](Shape s, const std::string& backend = "cpu", float scale = 0.f) {
+    pb::AttendRequest r = RandomRequest(s, &rng);
+    if (scale > 0.f) r.set_scale(scale);
+    auto v = ValidateAttend(r);
+    EXPECT_TRUE(v.ok());
+    return AttendSignature(*v, backend);
+  };
+  const std::string a = sig(base);
+  EXPECT_EQ(a, sig(base));  // layout and lengths do not matter
+  Shape other = base;
+  other.K = 1;
+  EXPECT_NE(a, sig(other));
+  other = base;
+  other.causal = pb::CAUSAL_TOP_LEFT;
+  EXPECT_NE(a, sig(other));
+  other = base;
+  other.window_left = 2;
+  EXPECT_NE(a, sig(other));
+  other = base;
+  other.lse = true;
+  EXPECT_NE(a, sig(other));
+  other = base;
+  other.dtype = pb::BFLOAT16;
+  EXPECT_NE(a, sig(other));
+  EXPECT_NE(a, sig(base, "naive"));
+  EXPECT_NE(a, sig(base, "cpu", 0.5f));
+}
+
+TEST(AttendCoalescer, PackRefusesIncompatibleParts) {
+  std::mt19937_64 rng(4);
+  Shape a, b;
+  b.causal = pb::CAUSAL_TOP_LEFT;
+  auto va = ValidateAttend(RandomRequest(a, &rng));
+  auto vb = ValidateAttend(RandomRequest(b, &rng));
+  ASSERT_TRUE(va.ok() && vb.ok());
+  auto packed = PackedAttend::Pack({&*va, &*vb});
+  EXPECT_EQ(packed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PackedAttend::Pack({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace attn
