@@ -11,6 +11,10 @@ using attention::v1::AttendRequest;
 using attention::v1::Tensor;
 using kernels::DType;
 
+// Windows above this equal no window: a row's diagonal lies within T + S of every key, and T
+// and S are bounded by max_tokens (2^24 by default) and by the message size, far below 2^40.
+constexpr int64_t kWindowUnbounded = int64_t{1} << 40;
+
 std::string ShapeString(const Tensor& t) {
   std::ostringstream s;
   s << "[";
@@ -49,6 +53,10 @@ Status CheckTensor(const Tensor& t, const std::string& field, int rank, DType* d
   if (!dt.ok()) return dt.status();
   auto n = Elements(t, field);
   if (!n.ok()) return n.status();
+  // Bytes must not wrap: 2^62 fp32 elements would otherwise "need" 0 bytes (found by tests/fuzz).
+  if (*n > (int64_t{1} << 62) / kernels::DTypeSize(*dt)) {
+    return InvalidArgument(field + ": shape " + ShapeString(t) + " has too many bytes");
+  }
   const uint64_t expected = static_cast<uint64_t>(*n) * kernels::DTypeSize(*dt);
   if (t.data().size() != expected) {
     return InvalidArgument(field + ".data: expected " + std::to_string(expected) +
@@ -271,7 +279,9 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
       return InvalidArgument("mask.window_left: expected >= 0, got " +
                              std::to_string(m.window_left()));
     }
-    s.mask.window_left = m.window_left();
+    // Any window wider than every possible extent keeps every key: store it as unbounded, so
+    // the mask arithmetic (diagonal ± window) cannot overflow (found by tests/fuzz).
+    s.mask.window_left = m.window_left() > kWindowUnbounded ? -1 : m.window_left();
   }
   if (m.has_window_right()) {
     if (m.window_right() < 0) {
@@ -283,7 +293,7 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
           "mask.window_right: expected unset or 0 with a causal alignment, got " +
           std::to_string(m.window_right()));
     }
-    s.mask.window_right = m.window_right();
+    s.mask.window_right = m.window_right() > kWindowUnbounded ? -1 : m.window_right();
   }
   if (r.has_scale()) {
     if (!(std::isfinite(r.scale()) && r.scale() > 0.f)) {

@@ -1,0 +1,16 @@
+#include "backends/fault_injecting_backend.h"
+
+namespace attn {
+
+Status FaultInjectingBackend::Execute(const AttentionShape& shape, const AttentionTensors& host,
+                                      ExecuteTimes* times) {
+  const int64_t call = counter_->calls.fetch_add(1) + 1;
+  if (call >= counter_->fault_at) {
+    return Internal("backend \"" + name() + "\": injected device fault (Execute call " +
+                    std::to_string(call) + ", --inject-backend-fault-after=" +
+                    std::to_string(counter_->fault_at) + ")");
+  }
+  return inner_->Execute(shape, host, times);
+}
+
+}  // namespace attn

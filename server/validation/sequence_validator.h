@@ -1,0 +1,45 @@
+// Validation of SequenceService requests (sequence.proto, DESIGN.md §3, §7) before any work:
+// the first violation is returned as INVALID_ARGUMENT naming the field, what was expected and
+// what was received. Checks against a live sequence (layer in range, shapes matching the
+// sequence, position) happen later, in ExtendStep, under the sequence's lock.
+// Pure functions of the request; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "attention/v1/sequence.pb.h"
+#include "attn/kernels/status.h"
+#include "kv_cache/extend_step.h"
+#include "kv_cache/sequence.h"
+
+namespace attn {
+
+/// Limits of CreateSequence.
+constexpr int32_t kMaxSequenceLayers = 4096;
+constexpr int32_t kMaxSequenceHeads = 1024;
+constexpr int32_t kMaxSequenceHeadDim = 1024;
+constexpr int64_t kMaxReserveTokens = int64_t{1} << 24;
+/// Largest extent of one Extend tensor dimension (T, N or K, H).
+constexpr int64_t kMaxExtendExtent = int64_t{1} << 24;
+
+/// A sequence id as the server issues it: 32 lowercase hex digits; else INVALID_ARGUMENT.
+Status ValidateSequenceId(const std::string& id);
+
+/// CreateSequenceRequest → the sequence's configuration (scale resolved to 1/sqrt(H) when
+/// unset). Errors: INVALID_ARGUMENT for counts out of range ([1, 4096] layers, [1, 1024]
+/// heads and head_dim, [0, 2^24] reserve_tokens), N % K != 0, an unknown or FP8 dtype, a
+/// kv_cache_dtype other than dtype or FLOAT8_E4M3, FP8 scales of the wrong count or not
+/// finite > 0, a scale not finite > 0.
+StatusOr<SequenceConfig> ValidateCreateSequence(const attention::v1::CreateSequenceRequest& r);
+
+/// ExtendRequest → ExtendArgs whose q/k/v pointers alias `r`'s bytes (keep `r` alive).
+/// q (T,N,H), k and v (T,K,H): rank 3, known dtype, extents in [1, 2^24], data size equal to
+/// the shape times the dtype size, one T for all three. Errors: INVALID_ARGUMENT.
+StatusOr<ExtendArgs> ValidateExtend(const attention::v1::ExtendRequest& r);
+
+/// Request-level checks of an ExtendBatchRequest (each step is validated on its own when it
+/// runs): at least one step, every step on the same layer, no sequence twice.
+/// Errors: INVALID_ARGUMENT.
+Status ValidateExtendBatch(const attention::v1::ExtendBatchRequest& r);
+
+}  // namespace attn
