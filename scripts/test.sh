@@ -2,7 +2,8 @@
 # Every test: install what is missing, build (CUDA when nvcc is present), run all ctest suites
 # (unit, parity, python, integration; GPU tests skip without a device and say so), then a
 # CPU-only AddressSanitizer+UndefinedBehaviorSanitizer build running the unit and integration
-# tests, then the GPU-verification record check (tests/gpu/last_run.json vs kernels/).
+# tests, then the request fuzzer for a bounded time (scripts/fuzz.sh, clang build in
+# build-fuzz), then the GPU-verification record check (tests/gpu/last_run.json vs kernels/).
 # Prints the time of each stage; exits non-zero on the first failing stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,5 +22,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir "$root/build-asan" --output-on-failure -L "unit|integration|sanitize" -j 2 \
   --timeout 900
 stage_end "asan ctest"
+stage "fuzz (libFuzzer request harness, ${ATTN_FUZZ_SECONDS:-60} s)"
+"$root/scripts/fuzz.sh" "${ATTN_FUZZ_SECONDS:-60}"; stage_end "fuzz"
 stage "gpu record check"; "$root/scripts/check_gpu_record.sh"; stage_end "gpu record check"
 echo; echo "all test stages passed"

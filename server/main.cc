@@ -21,14 +21,17 @@
 #include "backends/backend_factory.h"
 #include "common/logging.h"
 #include "config/server_flags.h"
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/page_pool.h"
+#include "kv_cache/kv_runtime.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/host_pool.h"
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
 #include "metrics/shadow_checker.h"
+#include "security/health_fanout.h"
+#include "security/health_listener.h"
+#include "security/server_security.h"
+#include "security/without_reflection.h"
 #include "service/attention_service.h"
+#include "service/load_report.h"
 #include "service/sequence_service.h"
 #include "service/worker_pool.h"
 #include "version.h"
@@ -36,6 +39,7 @@
 namespace {
 
 constexpr const char kServiceName[] = "attention.v1.AttentionService";
+constexpr const char kLivenessService[] = "liveness";  // grpc.health.v1 name for liveness probes
 
 // Port of a "host:port" or "[v6]:port" address; -1 when missing or outside [0, 65535].
 int ListenPort(const std::string& address) {
@@ -48,6 +52,12 @@ int ListenPort(const std::string& address) {
 }
 
 int Run(const attn::ServerConfig& config, const sigset_t& signals) {
+  // TLS / mTLS credentials, token file, per-request limits (server/security/): bad files exit 2.
+  auto security = attn::security::BuildServerSecurity(config);
+  if (!security.ok()) {
+    spdlog::critical("{}", security.status().ToString());
+    return 2;
+  }
   auto built = attn::BuildBackends(config);
   if (!built.ok()) {
     spdlog::critical("{}", built.status().ToString());
@@ -56,22 +66,30 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   const int threads = config.worker_threads > 0 ? config.worker_threads
                                                 : std::max(1u, std::thread::hardware_concurrency());
   attn::WorkerPool workers(threads, static_cast<size_t>(config.max_queue_requests));
-  // Paged KV cache (DESIGN.md §7): host pages and the CPU path in every build for now.
-  auto kv_memory = attn::HostPool::Create(config.kv_cache_bytes);
-  if (!kv_memory.ok()) {
-    spdlog::critical("{}", kv_memory.status().ToString());
+  // Paged KV cache (DESIGN.md §7): pages in device memory with the GPU kernels when a GPU
+  // opened (--kv-device), else in host memory with the CPU path.
+  auto kv = attn::BuildKvRuntime(config, *built);
+  if (!kv.ok()) {
+    spdlog::critical("{}", kv.status().ToString());
     return 2;
   }
-  attn::PagePool kv_pages(kv_memory->get(),
-                          {config.kv_page_tokens, config.kv_chunk_pages, config.kv_debug_poison});
-  attn::SequenceStore sequences(&kv_pages, {config.kv_evict_idle, config.sequence_ttl_s});
-  attn::CpuPagedAttention paged_compute(config.cpu_threads_per_call);
-  attn::SequenceServiceImpl sequence_service(&sequences, &paged_compute, &workers);
-  built->facts.extra_info = [&sequences](attention::v1::GetServerInfoResponse* r) {
+  attn::SequenceStore& sequences = *(*kv)->store;
+  // Continuous batching of sequence steps (server/batching/step_batcher.h, DESIGN.md §8).
+  attn::BatchSchedulerOptions step_batching;
+  step_batching.policy = {config.max_batch_tokens, config.max_batch_requests,
+                          config.max_queue_delay_us};
+  step_batching.threads = config.batch_threads > 0 ? config.batch_threads : threads;
+  step_batching.max_queued = config.max_queue_requests;
+  step_batching.name = "sequence step";
+  attn::SequenceServiceImpl sequence_service(&sequences, (*kv)->compute.get(), &workers,
+                                             step_batching);
+  built->facts.extra_info = [&sequences, kv_device = (*kv)->device](
+                                attention::v1::GetServerInfoResponse* r) {
     attn::FillKvCacheInfo(sequences, r->mutable_kv_cache());
+    r->mutable_kv_cache()->set_device(kv_device);
   };
   if (!built->facts.pool_usage) {
-    attn::HostPool* host = kv_memory->get();
+    attn::KvMemory* host = (*kv)->memory.get();
     built->facts.pool_usage = [host] {
       return std::make_pair(static_cast<int64_t>(host->capacity()),
                             static_cast<int64_t>(host->used()));
@@ -79,11 +97,14 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   }
 
   std::unique_ptr<grpc::Server> server;
+  // Health state for the main listener and the plaintext --health-address listener alike.
+  std::unique_ptr<attn::security::HealthListener> health_listener;
+  std::unique_ptr<attn::security::HealthFanout> health_fanout;
   std::atomic<bool> faulted{false};
-  auto on_fault = [&server, &faulted] {
-    if (!faulted.exchange(true) && server) {
+  auto on_fault = [&health_fanout, &faulted] {
+    if (!faulted.exchange(true) && health_fanout) {
       spdlog::error("device fault: health is now NOT_SERVING");
-      server->GetHealthCheckService()->SetServingStatus(false);
+      health_fanout->SetServingStatus(false);
     }
   };
   // Metrics (DESIGN.md §9): always recorded; served on --metrics-address unless it is empty.
@@ -111,7 +132,20 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
                                      on_fault, &metrics, &shadow);
   const attn::metrics::Registration request_gauges =
       metrics.RegisterRequestGauges([&service] { return service.in_flight(); },
-                                    [&workers] { return static_cast<int64_t>(workers.queued()); });
+                                    [&workers, &service, &sequence_service] {
+                                      return static_cast<int64_t>(workers.queued()) +
+                                             service.queued_requests() +
+                                             sequence_service.queued_requests();
+                                    });
+  // GetLoad (service/load_report.h): the queue depth has one feed, SetQueueDepthSource.
+  attn::LoadReporter load(&sequences, config.max_queue_requests, threads);
+  load.SetQueueDepthSource([&workers, &service, &sequence_service] {
+    return static_cast<int64_t>(workers.queued()) + service.queued_requests() +
+           sequence_service.queued_requests();
+  });
+  load.AddInFlightSource([&service] { return service.in_flight(); });
+  load.AddInFlightSource([&sequence_service] { return sequence_service.in_flight(); });
+  service.SetLoadReporter(&load);
   auto pool_usage = built->facts.pool_usage;
   const attn::metrics::Registration pool_gauges =
       metrics.RegisterDevicePool([pool_usage]() -> std::pair<int64_t, int64_t> {
@@ -142,9 +176,14 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   // One server per port: without this gRPC sets SO_REUSEPORT and a second server on a busy
   // port would silently share its traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen_address, security->credentials, &port);
+  if (security->authenticator->mode() == attn::security::AuthMode::kToken) {
+    builder.SetOption(std::make_unique<attn::security::WithoutReflection>());  // not authenticated
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(-1);
+  service.SetCallGate(security->gate.get());
+  sequence_service.SetCallGate(security->gate.get());
   builder.RegisterService(&service);
   builder.RegisterService(&sequence_service);
   server = builder.BuildAndStart();
@@ -154,10 +193,28 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
     if (server) server->Shutdown(std::chrono::system_clock::now());
     return 1;
   }
-  auto* health = server->GetHealthCheckService();
+  if (!config.health_address.empty()) {
+    auto listener = attn::security::HealthListener::Start(config.health_address);
+    if (!listener.ok()) {
+      spdlog::critical("{}", listener.status().ToString());
+      server->Shutdown(std::chrono::system_clock::now());
+      return 1;
+    }
+    health_listener = std::move(*listener);
+    spdlog::info("health listener: {} port {} (plaintext, grpc.health.v1 only)",
+                 config.health_address, health_listener->port());
+  }
+  health_fanout = std::make_unique<attn::security::HealthFanout>(
+      std::vector<grpc::HealthCheckServiceInterface*>{
+          server->GetHealthCheckService(), health_listener ? health_listener->health() : nullptr});
+  auto* health = health_fanout.get();
   health->SetServingStatus(kServiceName, true);
   health->SetServingStatus("attention.v1.SequenceService", true);
   health->SetServingStatus(true);
+  // Kubelet liveness probes ask for "liveness": SERVING until a device fault, and still SERVING
+  // while draining (readiness, the "" service, goes NOT_SERVING then), so a drain is never
+  // mistaken for a hung process.
+  health->SetServingStatus(kLivenessService, true);
   if (!config.port_file.empty()) {
     std::ofstream out(config.port_file);
     out << port << "\n";
@@ -172,13 +229,17 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
                attn::kAttnVersion, config.listen_address, port, config.default_backend, threads);
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    attn::security::ReloadTokens(security->authenticator.get());
+  }
   spdlog::info("signal {}: draining ({} in flight)", sig, service.in_flight());
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
   health->SetServingStatus("attention.v1.SequenceService", false);
+  if (!faulted.load()) health->SetServingStatus(kLivenessService, true);
   service.StartDraining();
   sequence_service.StartDraining();
+  load.SetDraining();
   // One deadline for the whole drain (--drain-timeout-s), shared by both services.
   const auto drain_deadline =
       std::chrono::steady_clock::now() +
@@ -188,6 +249,12 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
         std::max(drain_deadline - std::chrono::steady_clock::now(),
                  std::chrono::steady_clock::duration::zero()));
   };
+  // --drain-wait-sequences: serve the sequences held here until released or expired (new ones
+  // are refused), so scale-down strands no live generation; then the calls in flight.
+  if (config.drain_wait_sequences && !sequence_service.WaitSequencesGone(remaining())) {
+    spdlog::warn("drain timeout after {} s: dropping {} live sequences", config.drain_timeout_s,
+                 sequences.live_sequences());
+  }
   const bool drained = service.WaitIdle(remaining()) && sequence_service.WaitIdle(remaining());
   if (!drained) {
     // Computations that have started cannot be interrupted; exit now rather than outlive the
@@ -223,6 +290,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // reloads --auth-token-file
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return Run(config, signals);
 }

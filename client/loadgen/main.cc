@@ -137,6 +137,18 @@ struct SweepArgs {
   bool quiet = false;
 };
 
+// --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token-file (channel_security.h).
+void AddSecurityFlags(CLI::App* app, ChannelSecurity* s) {
+  app->add_flag("--tls", s->tls, "Connect with TLS (system roots unless --tls-ca)");
+  app->add_option("--tls-ca", s->ca_file, "PEM CA certificates that sign the server's (TLS)");
+  app->add_option("--tls-cert", s->cert_file, "PEM client certificate (mutual TLS; --tls-key)");
+  app->add_option("--tls-key", s->key_file, "PEM private key of --tls-cert");
+  app->add_option("--tls-server-name", s->server_name,
+                  "Name checked against the server certificate (default: the target host)");
+  app->add_option("--token-file", s->token_file,
+                  "File holding a bearer token sent as \"authorization: Bearer <token>\"");
+}
+
 int RunSweep(const SweepArgs& a) {
   std::vector<std::string> backends;
   {
@@ -243,6 +255,7 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a) {
       "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time) and "
       "writes OUT/sweep-<kind>.csv and OUT/sweep-<kind>.png (via plot_sweep.py and matplotlib)");
   sweep->add_option("--target", a->run.target, "Server address host:port")->capture_default_str();
+  AddSecurityFlags(sweep, &a->run.security);
   sweep->add_option("--backends", a->backends, "Comma-separated backends to compare")
       ->capture_default_str();
   sweep->add_option("--sweep", a->kind, "seq: sequence lengths; batch: batch sizes; heads: MHA "
@@ -333,6 +346,7 @@ int Main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   app.add_option("--target", run.target, "Server address host:port")->capture_default_str();
+  AddSecurityFlags(&app, &run.security);
   app.add_option("--workload", workload,
                  "trace: replay --trace; fixed: --fixed-tokens each; session: generation "
                  "sessions on SequenceService (create, prefill, decode, release); mooncake: "
@@ -460,6 +474,12 @@ int Main(int argc, char** argv) {
   app.add_flag("--fail-on-error", fail_on_error,
                "Exit 1 if any request failed or any verified response mismatched");
   CLI11_PARSE(app, argc, argv);
+  for (ChannelSecurity* s : {&run.security, &sweep_args.run.security}) {
+    if (const std::string e = LoadChannelSecurity(s); !e.empty()) {
+      std::cerr << "attention-loadgen: " << e << "\n";
+      return kExitCannotStart;
+    }
+  }
 
   if (app.got_subcommand("sweep")) {
     SweepArgs& a = sweep_args;

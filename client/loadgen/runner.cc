@@ -39,7 +39,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const RunOptions& options) {
   args.SetMaxReceiveMessageSize(static_cast<int>(bytes));
   // A private subchannel pool gives each worker its own TCP connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  return MakeSecureChannel(options.target, options.security, args);
 }
 
 class Runner {
@@ -124,6 +124,7 @@ class Runner {
         s.flops = response.report().flops();
         s.backend = response.report().backend();
         s.device = response.report().device();
+        s.batch_size = response.report().batch_size();
         if (ShouldVerify(options_.seed, index, options_.verify_fraction)) {
           const Comparison c = VerifyAttend(request, response);
           s.verified = true;
@@ -161,6 +162,7 @@ void FillOk(const RunOptions& options, int64_t index, int64_t tokens,
   s->flops = response.report().flops();
   s->backend = response.report().backend();
   s->device = response.report().device();
+  s->batch_size = response.report().batch_size();
   if (ShouldVerify(options.seed, index, options.verify_fraction)) {
     const Comparison c = VerifyAttend(request, response);
     s->verified = true;

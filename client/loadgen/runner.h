@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loadgen/channel_security.h"
 #include "loadgen/progress.h"
 #include "loadgen/report.h"
 #include "loadgen/workload.h"
@@ -30,6 +31,7 @@ struct RunOptions {
   double rate = 0;                    // open loop: mean arrivals per second (Poisson)
   int max_in_flight = 1024;           // open loop: cap on outstanding calls
   Progress* progress = nullptr;       // when set, every completion is recorded there
+  ChannelSecurity security;           // TLS / mTLS / bearer token (loaded by main)
 };
 
 /// What happened.

@@ -420,7 +420,7 @@ class SessionRunner {
     args.SetMaxSendMessageSize(bytes);
     args.SetMaxReceiveMessageSize(bytes);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(o_.run.target, grpc::InsecureChannelCredentials(), args);
+    return MakeSecureChannel(o_.run.target, o_.run.security, args);
   }
 
   void Deadline(grpc::ClientContext* ctx) const {

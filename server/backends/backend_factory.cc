@@ -3,8 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include "backends/cpu_backend.h"
+#include "backends/cudnn_setup.h"
 #include "backends/unavailable_backend.h"
 #if defined(ATTN_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "backends/driver_check.h"
 #include "backends/fused_backend.h"
 #include "backends/gpu_context.h"
 #include "backends/naive_backend.h"
@@ -19,7 +23,18 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
 #if defined(ATTN_HAVE_CUDA)
   std::string why;
   std::shared_ptr<GpuContext> gpu;
-  if (CudaDeviceCount(&why) > 0) {
+  // Driver check first (backends/driver_check.h): a too-old driver refuses the GPU backends
+  // with the reason rather than failing later in a kernel launch.
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  built.facts.cuda_driver_version = CudaVersionString(driver);
+  spdlog::info("NVIDIA driver supports CUDA {}; this server was built with CUDA {}",
+               CudaVersionString(driver), CudaVersionString(CUDART_VERSION));
+  const Status driver_ok = driver > 0 ? CheckCudaDriver(driver, CUDART_VERSION) : Status::Ok();
+  if (!driver_ok.ok()) {
+    why = driver_ok.message();
+    spdlog::error("{}", why);
+  } else if (CudaDeviceCount(&why) > 0) {
     auto ctx = GpuContext::Create(config.device, config.gpu_memory_fraction,
                                   static_cast<uint64_t>(config.pinned_staging_bytes));
     if (ctx.ok()) {
@@ -37,6 +52,7 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
                               static_cast<int64_t>(raw->pool().used()));
       };
       built.gpu_holder = gpu;
+      built.gpu = raw;
     } else {
       why = "GPU initialisation failed: " + ctx.status().ToString();
       spdlog::warn("{}", why);
@@ -49,6 +65,7 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
   built.registry->Add(std::make_unique<NaiveBackend>(
                           gpu, why, static_cast<uint64_t>(config.naive_workspace_bytes)),
                       /*auto_rank=*/50);
+  AddCudnnAndFp8Backends(config, gpu, why, &built);
 #else
   built.registry->Add(std::make_unique<UnavailableBackend>(
                           "fused", "this server was built without CUDA",
@@ -58,7 +75,15 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
                           "naive", "this server was built without CUDA",
                           "cuBLAS GEMM + softmax + GEMM (needs a CUDA build)"),
                       /*auto_rank=*/-1);
+  AddCudnnAndFp8Backends(config, nullptr, "this server was built without CUDA", &built);
 #endif
+  ATTN_RETURN_IF_ERROR(SetUpAutoCalibration(config, &built));
+  if (config.inject_backend_fault_after > 0) {
+    spdlog::warn("--inject-backend-fault-after={}: backend Execute call {} and later will fail "
+                 "with an injected device fault (tests only)",
+                 config.inject_backend_fault_after, config.inject_backend_fault_after);
+    built.registry->InjectFaultAfter(config.inject_backend_fault_after);
+  }
   if (config.default_backend != "auto" &&
       built.registry->Find(config.default_backend) == nullptr) {
     return InvalidArgument("--default-backend: unknown backend \"" + config.default_backend +

@@ -11,11 +11,15 @@
 
 namespace attn {
 
+class GpuContext;
+
 /// The registry and what it found about the device. `gpu_holder` keeps GPU state alive.
 struct BuiltBackends {
   std::unique_ptr<BackendRegistry> registry;
   ServerFacts facts;
   std::shared_ptr<void> gpu_holder;
+  /// The opened GPU (owned through gpu_holder); null without a device or a CUDA build.
+  GpuContext* gpu = nullptr;
 };
 
 /// Errors: INVALID_ARGUMENT when --default-backend names no backend.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backends/fault_injecting_backend.h"
+
 namespace attn {
 
 void BackendRegistry::Add(std::unique_ptr<Backend> backend, int auto_rank) {
@@ -27,6 +29,13 @@ std::string BackendRegistry::KnownNames() const {
   return s;
 }
 
+void BackendRegistry::InjectFaultAfter(int64_t n) {
+  auto counter = std::make_shared<FaultCounter>(n);
+  for (auto& e : entries_) {
+    e.backend = std::make_unique<FaultInjectingBackend>(std::move(e.backend), counter);
+  }
+}
+
 StatusOr<BackendChoice> BackendRegistry::Resolve(const std::string& requested,
                                                  const std::string& default_name,
                                                  const AttentionShape& shape) const {
@@ -47,7 +56,17 @@ StatusOr<BackendChoice> BackendRegistry::Resolve(const std::string& requested,
                                                                : StatusCode::kFailedPrecondition,
                     "backend \"" + name + "\" cannot run this request: " + s.message());
     }
-    return BackendChoice{b, how};
+    return BackendChoice{b, how, {}};
+  }
+  std::string bucket;
+  if (calibration_) {
+    const std::string chosen = calibration_->ChoiceFor(shape, &bucket);
+    Backend* b = chosen.empty() ? nullptr : Find(chosen);
+    if (b != nullptr && b->available() && b->Supports(shape).ok()) {
+      return BackendChoice{b, std::string("auto (") + how + "): calibrated, fastest in bucket \"" +
+                                  bucket + "\"",
+                           bucket};
+    }
   }
   std::vector<const Entry*> ranked;
   for (const auto& e : entries_) {
@@ -64,8 +83,11 @@ StatusOr<BackendChoice> BackendRegistry::Resolve(const std::string& requested,
     }
     Status s = b->Supports(shape);
     if (s.ok()) {
-      return BackendChoice{b, std::string("auto (") + how + "): first in preference order "
-                                  "that supports the request"};
+      return BackendChoice{b,
+                           std::string("auto (") + how + "): first in preference order "
+                               "that supports the request" +
+                               (bucket.empty() ? "" : " (bucket \"" + bucket + "\" uncalibrated)"),
+                           bucket};
     }
     reasons += "; " + b->name() + ": " + s.message();
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/calibration.h"
 
 namespace attn {
 
@@ -17,6 +18,7 @@ namespace attn {
 struct BackendChoice {
   Backend* backend = nullptr;
   std::string reason;
+  std::string bucket;  ///< auto with a calibration table: the request's bucket (calibration.h)
 };
 
 class BackendRegistry {
@@ -30,6 +32,16 @@ class BackendRegistry {
   std::vector<Backend*> All() const;
   /// Names, comma-separated, plus "auto", for error messages.
   std::string KnownNames() const;
+  /// Test hook (--inject-backend-fault-after): wraps every backend added so far in a
+  /// FaultInjectingBackend sharing one counter, so the `n`th Execute (n >= 1, counted over all
+  /// backends) and every later one return INTERNAL as after a device fault. Call before serving.
+  void InjectFaultAfter(int64_t n);
+
+  /// Makes auto consult `table` (calibration.h) first: the bucket's fastest backend when it
+  /// is available and supports the request, else the static preference order. Call before
+  /// serving; null restores the static order.
+  void SetCalibration(std::shared_ptr<const CalibrationTable> table) { calibration_ = table; }
+  const CalibrationTable* calibration() const { return calibration_.get(); }
 
   /// Resolves `requested` ("" means `default_name`) for `shape`.
   /// Errors: INVALID_ARGUMENT for an unknown name; FAILED_PRECONDITION when a named backend is
@@ -44,6 +56,7 @@ class BackendRegistry {
     int auto_rank;
   };
   std::vector<Entry> entries_;
+  std::shared_ptr<const CalibrationTable> calibration_;
 };
 
 }  // namespace attn

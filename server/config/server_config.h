@@ -15,6 +15,11 @@ struct ServerConfig {
   int worker_threads = 0;            ///< 0 = hardware concurrency
   int cpu_threads_per_call = 0;      ///< threads one cpu-backend call may use; 0 = hardware
   int64_t max_queue_requests = 1024; ///< waiting requests beyond this: RESOURCE_EXHAUSTED
+  // Dynamic batching (DESIGN.md §8, server/batching/).
+  int64_t max_batch_tokens = 16384;  ///< query tokens per launch; a bigger request runs alone
+  int64_t max_batch_requests = 64;   ///< calls/steps per launch; 1 disables batching
+  int64_t max_queue_delay_us = 0;    ///< wait this long for a batch to fill; 0: take what waits
+  int batch_threads = 0;             ///< executor threads per batching stage; 0 = --threads
   std::string log_level = "info";    ///< trace, debug, info, warn, error, critical, off
   std::string log_format = "text";   ///< text or json
   int device = 0;                    ///< CUDA device index
@@ -22,16 +27,40 @@ struct ServerConfig {
   int64_t pinned_staging_bytes = 256ll << 20;
   int64_t naive_workspace_bytes = 4ll << 30;  ///< cap on one naive call's scores workspace
   double drain_timeout_s = 30.0;     ///< on SIGTERM: wait this long for in-flight calls
+  /// On SIGTERM also wait (within drain_timeout_s) until every sequence is released or expired.
+  bool drain_wait_sequences = false;
+  /// host:port clients can reach this replica at (sequence routing, DESIGN.md §12); may be empty.
+  std::string advertise_address;
   std::string metrics_address = "127.0.0.1:9464";  ///< Prometheus /metrics; empty disables
   bool metrics_address_given = false;  ///< --metrics-address was given: failing to bind is fatal
   double shadow_check_fraction = 0.0;  ///< share of Attend calls re-checked on the cpu reference
   // Paged KV cache and SequenceService (sequence.proto, DESIGN.md §7).
-  int64_t kv_cache_bytes = 1ll << 30;  ///< host memory pool for KV pages (CPU path), bytes
+  int64_t kv_cache_bytes = 1ll << 30;  ///< KV page memory (host, or carved from the GPU pool)
+  std::string kv_device = "auto";      ///< where pages live: auto (gpu when opened), cpu, gpu
   int32_t kv_page_tokens = 16;         ///< tokens per KV page
   int32_t kv_chunk_pages = 64;         ///< pages carved from the KV pool at a time
   bool kv_evict_idle = false;          ///< evict LRU idle sequences when the cache is full
   double sequence_ttl_s = 0.0;         ///< drop sequences idle this long; 0 = never
   bool kv_debug_poison = false;        ///< debug: fill unused/freed KV pages with NaN
+  /// Tests only (hidden flag): from the Nth backend Execute on, return INTERNAL as after a
+  /// device fault (backends/fault_injecting_backend.h); 0 = off.
+  int64_t inject_backend_fault_after = 0;
+  // Security (server/security/, README "Security"). Empty strings / 0 = off / unlimited.
+  std::string tls_cert_file;           ///< PEM server certificate chain; set: TLS on --listen
+  std::string tls_key_file;            ///< PEM private key of tls_cert_file
+  std::string tls_client_ca_file;      ///< PEM CA bundle; set: client certificates required
+  std::string health_address;          ///< plaintext grpc.health.v1-only listener host:port
+  std::string auth_token_file;         ///< "identity token" lines; set: bearer tokens required
+  int64_t max_sequences_per_identity = 0;  ///< live sequences one identity may hold
+  int64_t max_pages_per_identity = 0;      ///< KV pages one identity may hold (forks: once)
+  int64_t max_tensor_elements = 0;         ///< elements over all tensors of one request
+  // cuDNN and auto calibration (backends/cudnn_backend.h, backends/calibration.h).
+  std::string cudnn_library;           ///< dlopen name/path of libcudnn (empty: default lookup)
+  /// Graph buckets built at start (backends/cudnn_warmup.h format); empty: none.
+  std::string cudnn_warmup = "bf16:8:8:64:bottom_right:64-4096";
+  bool calibrate = false;              ///< time the backends at start; auto picks per bucket
+  std::string calibration_file;        ///< cached table per device (read; written by --calibrate)
+  int calibration_reps = 5;            ///< timed runs per (bucket, backend)
 };
 
 }  // namespace attn

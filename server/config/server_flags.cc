@@ -1,5 +1,7 @@
 #include "config/server_flags.h"
 
+#include <cctype>
+
 #include <CLI/CLI.hpp>
 
 #include "version.h"
@@ -31,6 +33,24 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "requests allowed to wait for a worker (more: RESOURCE_EXHAUSTED)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
+  app.add_option("--max-batch-tokens", c->max_batch_tokens,
+                 "query tokens one batched launch may hold (a bigger request runs alone)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-batch-requests", c->max_batch_requests,
+                 "calls (Attend) or steps (Extend*) one launch may hold; 1 disables batching")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--max-queue-delay-us", c->max_queue_delay_us,
+                 "how long queued work may wait for a batch to fill, microseconds (0: launch "
+                 "at once with whatever compatible work is already waiting)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000000}))
+      ->capture_default_str();
+  app.add_option("--batch-threads", c->batch_threads,
+                 "threads that form and run batches, per stage (Attend, sequence steps); "
+                 "0: --threads")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("--log-level", c->log_level, "trace, debug, info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -38,6 +58,22 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   app.add_option("--device", c->device, "CUDA device index")->capture_default_str();
+  app.add_option("--cudnn-library", c->cudnn_library,
+                 "libcudnn.so.9 to load (name or path; default: $ATTN_CUDNN_LIBRARY, the loader "
+                 "path, then the library found at build time)");
+  app.add_option("--cudnn-warmup", c->cudnn_warmup,
+                 "cuDNN graph buckets built at start: 'dtype:N:K:H:mask:Tmin-Tmax' entries "
+                 "separated by ';' (empty: none)")
+      ->capture_default_str();
+  app.add_flag("--calibrate", c->calibrate,
+               "time every backend on a grid of shape buckets at start; auto then runs the "
+               "fastest that passed parity per bucket (saved to --calibration-file if given)");
+  app.add_option("--calibration-file", c->calibration_file,
+                 "calibration table cached per device (device name + driver + build); loaded at "
+                 "start when it matches, written after --calibrate");
+  app.add_option("--calibration-reps", c->calibration_reps, "timed runs per bucket and backend")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--gpu-memory-fraction", c->gpu_memory_fraction,
                  "fraction of free device memory taken as the pool at start")
       ->check(CLI::Range(0.01, 1.0))
@@ -54,6 +90,25 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "on SIGTERM/SIGINT, seconds to wait for in-flight calls")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_flag("--drain-wait-sequences", c->drain_wait_sequences,
+               "on SIGTERM/SIGINT, also wait (up to --drain-timeout-s) until every live sequence "
+               "is released or expired; new sequences are refused meanwhile");
+  app.add_option("--advertise-address", c->advertise_address,
+                 "host:port clients reach this replica at, reported with every sequence "
+                 "(SequenceInfo.replica_address) and by GetServerInfo/GetLoad (empty: unset)")
+      ->check(CLI::Validator(
+          [](std::string& a) -> std::string {
+            const size_t colon = a.rfind(':');
+            const std::string port = colon == std::string::npos ? "" : a.substr(colon + 1);
+            if (a.empty()) return "";
+            if (colon == 0 || port.empty() || port.size() > 5 ||
+                port.find_first_not_of("0123456789") != std::string::npos ||
+                std::stoi(port) < 1 || std::stoi(port) > 65535) {
+              return "expected host:port with port in [1, 65535], got \"" + a + "\"";
+            }
+            return "";
+          },
+          "HOST:PORT"));
   app.add_option("--metrics-address", c->metrics_address,
                  "Prometheus metrics endpoint host:port, path /metrics (empty: disabled)")
       ->capture_default_str();
@@ -62,8 +117,14 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--kv-cache-bytes", c->kv_cache_bytes,
-                 "host memory pool for paged KV cache pages (SequenceService), bytes")
+                 "memory for paged KV cache pages (SequenceService), bytes: host memory, or "
+                 "carved from the GPU pool when --kv-device is gpu")
       ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 44))
+      ->capture_default_str();
+  app.add_option("--kv-device", c->kv_device,
+                 "where KV pages live and sequence steps run: auto (gpu when a GPU opened), "
+                 "cpu, gpu")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
       ->capture_default_str();
   app.add_option("--kv-page-tokens", c->kv_page_tokens, "tokens per KV cache page")
       ->check(CLI::Range(1, 4096))
@@ -80,6 +141,46 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->capture_default_str();
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
+  // Tests only, hidden from --help (empty group): the Nth backend Execute and every later one
+  // fail with INTERNAL as after a device fault (backends/fault_injecting_backend.h).
+  app.add_option("--inject-backend-fault-after", c->inject_backend_fault_after,
+                 "tests: inject a device fault from the Nth backend Execute on (0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
+      ->group("");
+  // Security (server/security/).
+  app.add_option("--tls-cert", c->tls_cert_file,
+                 "PEM certificate chain: serve --listen over TLS (with --tls-key)");
+  app.add_option("--tls-key", c->tls_key_file, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", c->tls_client_ca_file,
+                 "PEM CA bundle: require and verify client certificates (mutual TLS)");
+  app.add_option("--health-address", c->health_address,
+                 "plaintext listener host:port serving only grpc.health.v1 (kubelet probes)");
+  app.add_option("--auth-token-file", c->auth_token_file,
+                 "file of \"identity token\" lines: every call needs authorization: Bearer "
+                 "<token> (SIGHUP reloads it)");
+  app.add_option("--max-sequences-per-identity", c->max_sequences_per_identity,
+                 "live sequences one identity may hold (0: unlimited)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-pages-per-identity", c->max_pages_per_identity,
+                 "KV cache pages one identity may hold; pages shared by forks count once "
+                 "(0: unlimited)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-tensor-elements", c->max_tensor_elements,
+                 "elements summed over every tensor of one request (0: unlimited)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
+      ->capture_default_str();
+  // Every flag can also come from the environment: --kv-cache-bytes from ATTN_KV_CACHE_BYTES
+  // (containers, Kubernetes ConfigMaps). A flag on the command line wins over its variable.
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    if (name == "help" || name == "version") continue;
+    std::string env = "ATTN_";
+    for (char ch : name) env.push_back(ch == '-' ? '_' : static_cast<char>(std::toupper(ch)));
+    opt->envname(env);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

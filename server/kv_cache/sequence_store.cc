@@ -1,8 +1,11 @@
 #include "kv_cache/sequence_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <vector>
+
+#include "kv_cache/sequence_id.h"
 
 namespace attn {
 namespace {
@@ -28,7 +31,10 @@ const char *GoneReason(SequenceState s) {
 
 SequenceStore::SequenceStore(PagePool *pool, const SequenceStoreOptions &options,
                              std::function<int64_t()> now_us)
-    : pool_(pool), options_(options), now_us_(now_us ? std::move(now_us) : SteadyNowUs) {}
+    : pool_(pool),
+      options_(options),
+      now_us_(now_us ? std::move(now_us) : SteadyNowUs),
+      quota_(options.owner_limits) {}
 
 SequenceStore::~SequenceStore() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,20 +52,22 @@ int64_t SequenceStore::live_sequences() const {
 }
 
 std::string SequenceStore::NewId() {
-  static const char kHex[] = "0123456789abcdef";
   std::random_device rd;  // /dev/urandom: unguessable ids
   for (;;) {
-    std::string id;
-    id.reserve(32);
-    for (int w = 0; w < 4; ++w) {
-      uint32_t r = rd();
-      for (int i = 0; i < 8; ++i, r >>= 4) id.push_back(kHex[r & 0xf]);
-    }
+    std::string id = NewSequenceId(options_.replica_tag, rd);  // replica tag + 96 random bits
     if (live_.count(id) == 0 && tombstones_.count(id) == 0) return id;
   }
 }
 
 Status SequenceStore::NotFound(const std::string &id, const std::string &owner) const {
+  const std::string tag = ReplicaTagOfId(id);
+  if (!tag.empty() && tag != ReplicaTagHex(options_.replica_tag)) {
+    return attn::NotFound("sequence " + id + " was not created by this replica (its replica tag " +
+                          "is " + tag + ", this replica's is " +
+                          ReplicaTagHex(options_.replica_tag) +
+                          "): send calls on a sequence to the replica that created it "
+                          "(SequenceInfo.replica_address)");
+  }
   auto t = tombstones_.find(id);
   if (t != tombstones_.end() && t->second.owner == owner) {
     return attn::NotFound("sequence " + id + " " + GoneReason(t->second.why));
@@ -75,10 +83,26 @@ StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, Sequenc
   const int32_t pt = pool_->page_tokens();
   seq->layers.assign(static_cast<size_t>(seq->config.num_layers), LayerState(pt));
   const int64_t per_layer = BlockTable::BlocksFor(seq->config.reserve_tokens, pt);
+  // Refuse a reservation the whole pool could never hold before allocating its page list
+  // (2^24 tokens x 4096 layers would be a 16 GiB vector; found by tests/fuzz).
+  const int64_t reserve_pages = per_layer * seq->config.num_layers;
+  const int64_t max_pages =
+      static_cast<int64_t>(pool_->pool_bytes()) / (2 * std::max<int64_t>(1, (*sub)->page_bytes()));
+  if (reserve_pages > max_pages) {
+    return ResourceExhausted("reserve_tokens: " + std::to_string(seq->config.reserve_tokens) +
+                             " tokens x " + std::to_string(seq->config.num_layers) +
+                             " layers need " + std::to_string(reserve_pages) +
+                             " KV pages; the whole cache holds at most " +
+                             std::to_string(max_pages) + " of this layout");
+  }
+  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));
   if (per_layer > 0) {
     std::vector<int32_t> pages(static_cast<size_t>(per_layer * seq->config.num_layers));
-    ATTN_RETURN_IF_ERROR(
-        AllocatePages(seq.get(), static_cast<int64_t>(pages.size()), pages.data()));
+    if (Status s = AllocatePages(seq.get(), static_cast<int64_t>(pages.size()), pages.data());
+        !s.ok()) {
+      quota_.RemoveSequence(owner);
+      return s;
+    }
     for (int32_t l = 0; l < seq->config.num_layers; ++l) {
       seq->layers[l].spare.assign(pages.begin() + l * per_layer,
                                   pages.begin() + (l + 1) * per_layer);
@@ -140,6 +164,8 @@ int64_t SequenceStore::DropLocked(Sequence *s, SequenceState why) {
     l.spare.clear();
     l.last = LastStep();
   }
+  quota_.ReturnPages(s->owner, freed);
+  quota_.RemoveSequence(s->owner);
   s->state = why;
   lru_.erase(s->lru_it);
   if (why != SequenceState::kReleased && options_.max_tombstones > 0) {
@@ -190,6 +216,7 @@ StatusOr<LockedSequence> SequenceStore::Fork(const std::string &id, const std::s
   }
   auto parent = Acquire(id, owner);
   if (!parent.ok()) return parent.status();
+  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));  // shared pages are already charged
   Sequence *p = parent->seq.get();
   SequenceConfig cfg = p->config;
   cfg.reserve_tokens = 0;
@@ -226,11 +253,19 @@ void SequenceStore::Truncate(Sequence *seq, int64_t length) {
         release.push_back(page);
       }
     }
-    pool_->Release(seq->sub, release.data(), static_cast<int64_t>(release.size()));
+    quota_.ReturnPages(seq->owner, pool_->Release(seq->sub, release.data(),
+                                                  static_cast<int64_t>(release.size())));
   }
 }
 
 Status SequenceStore::AllocatePages(Sequence *seq, int64_t n, int32_t *out) {
+  ATTN_RETURN_IF_ERROR(quota_.ReservePages(seq->owner, n));
+  Status s = AllocateFromPool(seq, n, out);
+  if (!s.ok()) quota_.ReturnPages(seq->owner, n);
+  return s;
+}
+
+Status SequenceStore::AllocateFromPool(Sequence *seq, int64_t n, int32_t *out) {
   Status s = pool_->Allocate(seq->sub, n, out);
   if (s.ok() || !options_.evict_idle) return s;
   std::lock_guard<std::mutex> lock(mu_);
@@ -262,7 +297,9 @@ Status SequenceStore::AllocatePages(Sequence *seq, int64_t n, int32_t *out) {
 }
 
 int64_t SequenceStore::ReleasePages(Sequence *seq, const int32_t *pages, int64_t n) {
-  return pool_->Release(seq->sub, pages, n);
+  const int64_t freed = pool_->Release(seq->sub, pages, n);
+  quota_.ReturnPages(seq->owner, freed);
+  return freed;
 }
 
 }  // namespace attn

@@ -1,4 +1,5 @@
-// The registry of stateful sequences (DESIGN.md §3, §7): random 128-bit ids,
+// The registry of stateful sequences (DESIGN.md §3, §7): ids that name their
+// replica (tag + 96 random bits, kv_cache/sequence_id.h),
 // ownership by identity, page accounting with reservations, copy-on-write
 // forks, truncation, LRU eviction of idle sequences (optional) and an idle TTL
 // (optional), with an injectable clock.
@@ -27,6 +28,7 @@
 #include "attn/kernels/status.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence.h"
+#include "security/identity_quota.h"
 
 namespace attn {
 
@@ -34,6 +36,13 @@ struct SequenceStoreOptions {
   bool evict_idle = false;        ///< evict least-recently-used idle sequences when out of pages
   double ttl_s = 0.0;             ///< drop sequences idle longer than this; 0 = never
   size_t max_tombstones = 65536;  ///< evicted/expired ids remembered for their NOT_FOUND reason
+  /// Per-owner limits (0: unlimited); usage is always counted (quota()).
+  security::IdentityLimits owner_limits;
+  /// This replica's tag: the first 8 hex digits of every id it mints (kv_cache/sequence_id.h).
+  uint32_t replica_tag = 0;
+  /// host:port this replica is reachable at (--advertise-address; may be empty), reported in
+  /// SequenceInfo.replica_address.
+  std::string replica_address;
 };
 
 /// A live sequence with its lock held. Move-only.
@@ -52,8 +61,8 @@ class SequenceStore {
 
   /// Creates a sequence owned by `owner` with `config` (already validated by
   /// the caller), reserving BlocksFor(reserve_tokens) pages per layer. Returns
-  /// it locked. Errors: RESOURCE_EXHAUSTED (pages needed, pages free) and
-  /// nothing is created.
+  /// it locked. Errors: RESOURCE_EXHAUSTED (pages needed, pages free; or the
+  /// owner's sequence/page limit with the numbers) and nothing is created.
   StatusOr<LockedSequence> Create(const std::string &owner, SequenceConfig config);
   /// The live sequence `id` of `owner`, locked, and marked used now.
   /// Errors: NOT_FOUND (unknown, released, another owner's; "evicted"/"expired"
@@ -63,16 +72,18 @@ class SequenceStore {
   /// the pool.
   Status Release(const std::string &id, const std::string &owner, int64_t *pages_freed);
   /// A child sharing the parent's pages (first `length` tokens of each layer
-  /// when given), returned locked. Errors: NOT_FOUND; INVALID_ARGUMENT for a
-  /// negative length.
+  /// when given), returned locked; the shared pages are not charged to the
+  /// owner again. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative length;
+  /// RESOURCE_EXHAUSTED at the owner's sequence limit.
   StatusOr<LockedSequence> Fork(const std::string &id, const std::string &owner,
                                 std::optional<int64_t> length);
   /// Cuts every layer of a locked sequence back to at most `length` tokens.
   void Truncate(Sequence *seq, int64_t length);
 
   /// Takes `n` pages for `seq` (whose lock the caller holds), evicting idle
-  /// sequences of the same layout class when configured. All or nothing;
-  /// RESOURCE_EXHAUSTED otherwise.
+  /// sequences of the same layout class when configured, and charges them to
+  /// seq's owner. All or nothing; RESOURCE_EXHAUSTED otherwise (the owner's
+  /// page limit, or the cache).
   Status AllocatePages(Sequence *seq, int64_t n, int32_t *out);
   /// Drops one reference from each page of `seq`'s class; returns pages freed.
   int64_t ReleasePages(Sequence *seq, const int32_t *pages, int64_t n);
@@ -81,6 +92,9 @@ class SequenceStore {
   void SweepExpired();
 
   PagePool *pool() const { return pool_; }
+  /// Live sequences and KV pages per owner (security/identity_quota.h).
+  const security::IdentityQuota &quota() const { return quota_; }
+  const SequenceStoreOptions &options() const { return options_; }
   int64_t now_us() const { return now_us_(); }
   int64_t live_sequences() const;
   int64_t evictions() const { return evictions_.load(); }
@@ -90,6 +104,7 @@ class SequenceStore {
 
  private:
   std::string NewId();  // store lock held
+  Status AllocateFromPool(Sequence *seq, int64_t n, int32_t *out);
   StatusOr<std::shared_ptr<Sequence>> Register(std::shared_ptr<Sequence> seq);
   void SweepExpiredLocked();
   // Frees `s`'s pages and forgets it; store lock and s->mu held.
@@ -112,6 +127,7 @@ class SequenceStore {
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> expirations_{0};
   std::atomic<int64_t> saturations_{0};
+  security::IdentityQuota quota_;
 };
 
 }  // namespace attn

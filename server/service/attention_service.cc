@@ -3,9 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <thread>
 
+#include "batching/attend_coalescer.h"
 #include "metrics/metrics.h"
 #include "metrics/shadow_checker.h"
+#include "service/cancellable_reactor.h"
+#include "service/load_report.h"
 #include "version.h"
 
 namespace attn {
@@ -36,17 +40,23 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
-struct AttentionServiceImpl::AttendCall {
-  grpc::CallbackServerContext* context;
-  const attention::v1::AttendRequest* request;
-  attention::v1::AttendResponse* response;
-  grpc::ServerUnaryReactor* reactor;
+// One Attend call; a BatchItem while queued. Finish() ends the RPC; the owner (the handler
+// or the batch scheduler) deletes the object.
+struct AttentionServiceImpl::AttendCall final : BatchItem {
+  AttentionServiceImpl* service = nullptr;
+  grpc::CallbackServerContext* context = nullptr;
+  const attention::v1::AttendRequest* request = nullptr;
+  attention::v1::AttendResponse* response = nullptr;
+  grpc::ServerUnaryReactor* reactor = nullptr;
   ValidatedAttend validated;
   BackendChoice choice;
   Clock::time_point start;
-  Clock::time_point enqueued;
   int64_t decode_us = 0;
   int metrics_backend = 0;  // Metrics backend index; 0 ("none") until a backend is chosen
+
+  bool Cancelled() const override { return context->IsCancelled(); }
+  std::chrono::system_clock::time_point deadline() const override { return context->deadline(); }
+  void Drop(const Status& status) override { service->Finish(this, status); }
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
@@ -61,6 +71,18 @@ AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
       on_fault_(std::move(on_fault)),
       metrics_(metrics),
       shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr) {
+  BatchSchedulerOptions batching;
+  batching.policy.max_batch_tokens = config_.max_batch_tokens;
+  batching.policy.max_batch_requests = config_.max_batch_requests;
+  batching.policy.max_queue_delay_us = config_.max_queue_delay_us;
+  batching.threads = config_.batch_threads > 0    ? config_.batch_threads
+                     : config_.worker_threads > 0 ? config_.worker_threads
+                                                  : static_cast<int>(std::max(
+                                                        1u, std::thread::hardware_concurrency()));
+  batching.max_queued = config_.max_queue_requests;
+  batching.name = "Attend";
+  batcher_ = std::make_unique<BatchScheduler>(
+      batching, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { RunBatch(batch); });
   // Capabilities() builds vectors and strings: read each backend's device name once here,
   // not per request.
   for (Backend* b : registry_->All()) backend_devices_.emplace_back(b, b->Capabilities().device);
@@ -98,15 +120,24 @@ void AttentionServiceImpl::Finish(AttendCall* call, const Status& status) {
                              Seconds(call->start, Clock::now()));
   }
   call->reactor->Finish(ToGrpc(status));
-  delete call;
   CallDone();
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
     grpc::CallbackServerContext* context, const attention::v1::AttendRequest* request,
     attention::v1::AttendResponse* response) {
-  auto* call = new AttendCall{context, request, response, context->DefaultReactor(), {}, {},
-                              Clock::now(), {}, 0};
+  std::string identity;
+  const grpc::Status admitted = gate_->Admit(*context, request, &identity);
+  if (!admitted.ok()) return security::Reject(context, admitted);
+  auto owned = std::make_unique<AttendCall>();
+  AttendCall* call = owned.get();
+  call->service = this;
+  call->context = context;
+  call->request = request;
+  call->response = response;
+  BatchScheduler* batcher = batcher_.get();
+  call->reactor = new CancellableUnaryReactor([batcher] { batcher->Notify(); });
+  call->start = Clock::now();
   grpc::ServerUnaryReactor* reactor = call->reactor;
   in_flight_.fetch_add(1);
   if (draining_.load()) {
@@ -129,25 +160,89 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
   for (const auto& [b, index] : metrics_backends_) {
     if (b == call->choice.backend) call->metrics_backend = index;
   }
-  call->enqueued = Clock::now();
-  call->decode_us = Us(call->start, call->enqueued);
-  if (!workers_->TrySubmit([this, call] { RunAttend(call); })) {
-    Finish(call, ResourceExhausted("request queue is full (--max-queue-requests=" +
-                                   std::to_string(workers_->max_queued()) + ")"));
+  call->decode_us = Us(call->start, Clock::now());
+  call->signature = AttendSignature(call->validated, call->choice.backend->name());
+  // FP8 inputs carry per-tensor scales that one packed launch cannot hold: never coalesced.
+  if (call->validated.shape.dtype == kernels::DType::kFloat8E4M3) {
+    call->signature += "|call" + std::to_string(reinterpret_cast<uintptr_t>(call));
   }
+  call->tokens = call->validated.query_tokens;
+  std::unique_ptr<BatchItem> item = std::move(owned);
+  if (Status s = batcher_->Enqueue(&item); !s.ok()) Finish(call, s);
   return reactor;
 }
 
+void AttentionServiceImpl::RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch) {
+  std::vector<AttendCall*> calls;
+  calls.reserve(batch.size());
+  for (auto& item : batch) calls.push_back(static_cast<AttendCall*>(item.get()));
+  if (calls.size() > 1) {
+    std::vector<const ValidatedAttend*> parts;
+    for (AttendCall* c : calls) parts.push_back(&c->validated);
+    Backend* backend = calls.front()->choice.backend;
+    auto packed = PackedAttend::Pack(parts);
+    Status s = packed.ok() ? backend->Supports(packed->shape()) : packed.status();
+    ExecuteTimes times;
+    if (s.ok()) s = backend->Execute(packed->shape(), packed->Tensors(), &times);
+    if (s.ok()) {
+      const int64_t n = static_cast<int64_t>(calls.size());
+      const int64_t tokens = packed->query_tokens();
+      double flops = 0;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        AttendCall* c = calls[i];
+        const ValidatedAttend& v = c->validated;
+        flops += v.flops;
+        auto* o = c->response->mutable_o();
+        o->set_dtype(DTypeToProto(v.shape.dtype));
+        for (int64_t d : v.o_shape) o->add_shape(d);
+        std::string* o_data = o->mutable_data();
+        o_data->resize(v.o_bytes);
+        float* lse_ptr = nullptr;
+        if (v.shape.return_lse) {
+          auto* lse = c->response->mutable_lse();
+          lse->set_dtype(attention::v1::FLOAT32);
+          for (int64_t d : v.lse_shape) lse->add_shape(d);
+          lse->mutable_data()->resize(static_cast<size_t>(v.shape.lse_elements()) *
+                                      sizeof(float));
+          lse_ptr = reinterpret_cast<float*>(lse->mutable_data()->data());
+        }
+        packed->Scatter(i, v, o_data->data(), lse_ptr);
+        Respond(c, times, n, tokens, o_data->data());
+      }
+      if (metrics_ != nullptr) {
+        const kernels::AttentionShape& ps = packed->shape();
+        metrics_->ObserveLaunch(
+            calls.front()->metrics_backend, n, tokens, flops,
+            metrics::MinBytesMoved(ps.q_elements(), ps.kv_elements(),
+                                   kernels::DTypeSize(ps.dtype),
+                                   ps.return_lse ? ps.lse_elements() : 0),
+            times.kernel_us * 1e-6);
+      }
+      return;
+    }
+    if (s.code() == StatusCode::kInternal) {
+      if (on_fault_) on_fault_();
+      for (AttendCall* c : calls) Finish(c, s);
+      return;
+    }
+    // The packed problem cannot run as one launch here (e.g. a backend without varlen, or a
+    // size limit of the bigger problem): each call runs on its own and gets its own status.
+    spdlog::debug("Attend: batch of {} not launched together ({}); running them one by one",
+                  calls.size(), s.ToString());
+  }
+  for (AttendCall* c : calls) {
+    if (Status dead = c->Cancelled()
+                          ? Status(StatusCode::kCancelled, "cancelled by the client while queued")
+                          : Status::Ok();
+        !dead.ok()) {
+      Finish(c, dead);
+      continue;
+    }
+    RunAttend(c);
+  }
+}
+
 void AttentionServiceImpl::RunAttend(AttendCall* call) {
-  const Clock::time_point dequeued = Clock::now();
-  if (call->context->IsCancelled()) {
-    Finish(call, Status(StatusCode::kCancelled, "cancelled by the client before it ran"));
-    return;
-  }
-  if (std::chrono::system_clock::now() >= call->context->deadline()) {
-    Finish(call, Status(StatusCode::kDeadlineExceeded, "deadline passed before the call ran"));
-    return;
-  }
   const ValidatedAttend& v = call->validated;
   const kernels::AttentionShape& shape = v.shape;
   auto* o = call->response->mutable_o();
@@ -171,19 +266,35 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
     Finish(call, s);
     return;
   }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveLaunch(
+        call->metrics_backend, 1, v.query_tokens, v.flops,
+        metrics::MinBytesMoved(shape.q_elements(), shape.kv_elements(),
+                               kernels::DTypeSize(shape.dtype),
+                               shape.return_lse ? shape.lse_elements() : 0),
+        times.kernel_us * 1e-6);
+  }
+  Respond(call, times, 1, v.query_tokens, o_data->data());
+}
+
+void AttentionServiceImpl::Respond(AttendCall* call, const ExecuteTimes& times,
+                                   int64_t batch_size, int64_t batch_tokens, const void* o_data) {
+  const ValidatedAttend& v = call->validated;
+  const kernels::AttentionShape& shape = v.shape;
   const Clock::time_point encode_start = Clock::now();
   auto* report = call->response->mutable_report();
   report->set_backend(call->choice.backend->name());
   report->set_backend_reason(call->choice.reason);
-  report->set_batch_size(1);
-  report->set_batch_tokens(v.query_tokens);
+  report->set_auto_bucket(call->choice.bucket);
+  report->set_batch_size(static_cast<int32_t>(batch_size));
+  report->set_batch_tokens(batch_tokens);
   report->set_flops(v.flops);
   for (const auto& [b, device] : backend_devices_) {
     if (b == call->choice.backend) report->set_device(device);
   }
   auto* t = report->mutable_times();
   t->set_decode_us(call->decode_us);
-  const int64_t queue_us = Us(call->enqueued, dequeued);
+  const int64_t queue_us = std::max<int64_t>(0, call->dequeued_us - call->enqueued_us);
   t->set_queue_us(queue_us);
   t->set_host_to_device_us(times.host_to_device_us);
   t->set_kernel_us(times.kernel_us);
@@ -199,27 +310,25 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
     metrics_->ObservePhase(b, metrics::Phase::kKernel, times.kernel_us * 1e-6);
     metrics_->ObservePhase(b, metrics::Phase::kDeviceToHost, times.device_to_host_us * 1e-6);
     metrics_->ObservePhase(b, metrics::Phase::kEncode, Seconds(encode_start, end));
-    metrics_->ObserveLaunch(
-        b, 1, v.query_tokens, v.flops,
-        metrics::MinBytesMoved(shape.q_elements(), shape.kv_elements(),
-                               kernels::DTypeSize(shape.dtype),
-                               shape.return_lse ? shape.lse_elements() : 0),
-        times.kernel_us * 1e-6);
   }
   // Shadow check: copies inputs and output before the call finishes (the request and response
   // go away with it); the recomputation runs on the checker's own thread.
   if (shadow_ != nullptr && shadow_->ShouldSample()) {
-    shadow_->Submit(call->metrics_backend, v, o_data->data());
+    shadow_->Submit(call->metrics_backend, v, o_data);
   }
-  spdlog::debug("Attend ok: backend={} B={} T={} S={} N={} K={} H={} kernel_us={}",
+  spdlog::debug("Attend ok: backend={} B={} T={} S={} N={} K={} H={} batch={} kernel_us={}",
                 call->choice.backend->name(), shape.batch, shape.max_q_len, shape.max_kv_len,
-                shape.num_heads, shape.num_kv_heads, shape.head_dim, times.kernel_us);
+                shape.num_heads, shape.num_kv_heads, shape.head_dim, batch_size,
+                times.kernel_us);
   Finish(call, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
-    grpc::CallbackServerContext* context, const attention::v1::GetServerInfoRequest*,
+    grpc::CallbackServerContext* context, const attention::v1::GetServerInfoRequest* request,
     attention::v1::GetServerInfoResponse* r) {
+  std::string identity;
+  const grpc::Status admitted = gate_->Admit(*context, request, &identity);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   const Clock::time_point start = Clock::now();
   r->set_version(kAttnVersion);
   r->set_build(kAttnBuild);
@@ -234,7 +343,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
   r->set_default_backend(config_.default_backend);
   r->set_max_message_bytes(config_.max_message_bytes);
   r->set_worker_threads(workers_->threads());
+  r->set_cuda_driver_version(facts_.cuda_driver_version);
+  if (load_ != nullptr) load_->FillReplica(r->mutable_replica());
   if (facts_.extra_info) facts_.extra_info(r);
+  if (facts_.backend_info) facts_.backend_info(r);
   for (Backend* b : registry_->All()) {
     const BackendCapabilities c = b->Capabilities();
     auto* info = r->add_backends();

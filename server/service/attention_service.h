@@ -1,10 +1,13 @@
 // The attention.v1 AttentionService on gRPC's callback API.
 //
 // Attend: the callback thread validates the request (INVALID_ARGUMENT before any work),
-// resolves the backend (FAILED_PRECONDITION with the reason), and hands the call to the worker
-// pool (RESOURCE_EXHAUSTED when its queue is full). A worker checks cancellation and deadline,
-// runs the backend straight into the response's buffers, fills the ExecutionReport and
-// finishes the call. While draining, new calls get UNAVAILABLE and in-flight calls finish.
+// resolves the backend (FAILED_PRECONDITION with the reason), and queues the call in the
+// batching stage (batching/batch_scheduler.h; RESOURCE_EXHAUSTED when the queue is full).
+// Compatible queued calls (same AttendSignature: dtype, heads, mask, scale, lse, backend) are
+// coalesced into one varlen launch (batching/attend_coalescer.h) and the outputs scattered
+// back; a batch of one runs straight into the response's buffers. Cancelled calls and calls
+// past their deadline are dropped before launch. The ExecutionReport gives the batch size,
+// batch tokens and queue time of the launch the call ran in. While draining, new calls get UNAVAILABLE and in-flight calls finish.
 // A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
@@ -14,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -21,11 +25,15 @@
 
 #include "attention/v1/attention.grpc.pb.h"
 #include "backends/backend_registry.h"
+#include "batching/batch_scheduler.h"
 #include "config/server_config.h"
+#include "security/call_gate.h"
 #include "service/worker_pool.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
+
+class LoadReporter;
 
 namespace metrics {
 class Metrics;
@@ -41,6 +49,10 @@ struct ServerFacts {
   std::function<std::pair<int64_t, int64_t>()> pool_usage;
   /// Fills more of GetServerInfoResponse (e.g. kv_cache from SequenceService); may be null.
   std::function<void(attention::v1::GetServerInfoResponse*)> extra_info;
+  /// Backends' own additions (calibration table, cuDNN graph cache); may be empty.
+  std::function<void(attention::v1::GetServerInfoResponse*)> backend_info;
+  /// CUDA version the NVIDIA driver supports ("13.0"), or "none" (backends/driver_check.h).
+  std::string cuda_driver_version = "none";
 };
 
 class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
@@ -56,22 +68,44 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const attention::v1::GetServerInfoRequest* request,
                                           attention::v1::GetServerInfoResponse* response) override;
+  /// GetLoad: answered by the LoadReporter given to SetLoadReporter (defined in
+  /// load_report.cc); UNIMPLEMENTED when none was given.
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
+                                    const attention::v1::GetLoadRequest* request,
+                                    attention::v1::GetLoadResponse* response) override;
+  /// `load` (not owned, may be null) serves GetLoad and GetServerInfo.replica; set before
+  /// the server starts.
+  void SetLoadReporter(const LoadReporter* load) { load_ = load; }
 
+  /// Authentication and request limits every call passes first (not owned;
+  /// default: security::OpenGate()). Set before serving.
+  void SetCallGate(const security::CallGate* gate) { gate_ = gate; }
   /// From now on new calls get UNAVAILABLE.
   void StartDraining();
   /// Waits until no call is in flight or `timeout` passes; true when idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
   int64_t in_flight() const { return in_flight_.load(); }
+  /// Attend calls waiting in the batching queue, and their query tokens.
+  int64_t queued_requests() const { return batcher_->queued_requests(); }
+  int64_t queued_tokens() const { return batcher_->queued_tokens(); }
+  /// The batching stage (for tests, GetLoad and shutdown).
+  BatchScheduler* batcher() { return batcher_.get(); }
 
  private:
   struct AttendCall;
   void RunAttend(AttendCall* call);
+  void RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch);
+  // Fills the ExecutionReport and metrics of a call that ran in a launch of `batch_size`
+  // calls and `batch_tokens` query tokens, then finishes it OK.
+  void Respond(AttendCall* call, const ExecuteTimes& times, int64_t batch_size,
+               int64_t batch_tokens, const void* o_data);
   void Finish(AttendCall* call, const Status& status);
   void CallDone();
 
   const ServerConfig config_;
   const BackendRegistry* registry_;
   WorkerPool* workers_;
+  const security::CallGate* gate_ = &security::OpenGate();
   const ServerFacts facts_;
   std::function<void()> on_fault_;
   metrics::Metrics* metrics_;       // null: no metrics
@@ -79,9 +113,11 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   std::vector<std::pair<const Backend*, int>> metrics_backends_;  // backend → metrics index
   std::vector<std::pair<const Backend*, std::string>> backend_devices_;  // backend → device
   std::atomic<bool> draining_{false};
+  const LoadReporter* load_ = nullptr;  // GetLoad; null: UNIMPLEMENTED
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
+  std::unique_ptr<BatchScheduler> batcher_;  // last: its threads stop first
 };
 
 /// Converts our Status to a grpc::Status with the same code and message.

@@ -2,13 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
-#include <set>
+#include <thread>
 #include <utility>
 
 #include "kv_cache/extend_step.h"
 #include "service/attention_service.h"
+#include "service/cancellable_reactor.h"
 #include "validation/attend_validator.h"
+#include "validation/sequence_validator.h"
 
 namespace attn {
 namespace {
@@ -17,124 +20,8 @@ namespace pb = attention::v1;
 using Clock = std::chrono::steady_clock;
 using kernels::DType;
 
-constexpr int32_t kMaxLayers = 4096;
-constexpr int32_t kMaxHeads = 1024;
-constexpr int32_t kMaxHeadDim = 1024;
-constexpr int64_t kMaxReserveTokens = int64_t{1} << 24;
-
 int64_t Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
-}
-
-Status Range(const char *field, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi) {
-    return InvalidArgument(std::string(field) + ": expected [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "], got " + std::to_string(v));
-  }
-  return Status::Ok();
-}
-
-Status CheckId(const std::string &id) {
-  if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    return InvalidArgument("sequence_id: expected 32 lowercase hex digits, got \"" +
-                           id.substr(0, 64) + "\"");
-  }
-  return Status::Ok();
-}
-
-/// Validates CreateSequenceRequest into a SequenceConfig.
-StatusOr<SequenceConfig> ToConfig(const pb::CreateSequenceRequest &r) {
-  SequenceConfig c;
-  ATTN_RETURN_IF_ERROR(Range("num_layers", r.num_layers(), 1, kMaxLayers));
-  ATTN_RETURN_IF_ERROR(Range("num_kv_heads", r.num_kv_heads(), 1, kMaxHeads));
-  ATTN_RETURN_IF_ERROR(Range("head_dim", r.head_dim(), 1, kMaxHeadDim));
-  ATTN_RETURN_IF_ERROR(Range("num_heads", r.num_heads(), 1, kMaxHeads));
-  ATTN_RETURN_IF_ERROR(Range("reserve_tokens", r.reserve_tokens(), 0, kMaxReserveTokens));
-  if (r.num_heads() % r.num_kv_heads() != 0) {
-    return InvalidArgument("num_heads (" + std::to_string(r.num_heads()) +
-                           ") must be a multiple of num_kv_heads (" +
-                           std::to_string(r.num_kv_heads()) + ")");
-  }
-  auto dt = DTypeFromProto(r.dtype(), "dtype");
-  if (!dt.ok()) return dt.status();
-  if (*dt == DType::kFloat8E4M3) {
-    return InvalidArgument(
-        "dtype: expected FLOAT32, FLOAT16 or BFLOAT16, got FLOAT8_E4M3 "
-        "(use kv_cache_dtype for FP8 storage)");
-  }
-  DType kv = *dt;
-  if (r.kv_cache_dtype() != pb::DTYPE_UNSPECIFIED) {
-    auto k = DTypeFromProto(r.kv_cache_dtype(), "kv_cache_dtype");
-    if (!k.ok()) return k.status();
-    if (*k != *dt && *k != DType::kFloat8E4M3) {
-      return InvalidArgument(std::string("kv_cache_dtype: expected DTYPE_UNSPECIFIED, dtype (") +
-                             kernels::DTypeName(*dt) + ") or FLOAT8_E4M3, got " +
-                             kernels::DTypeName(*k));
-    }
-    kv = *k;
-  }
-  const int64_t n_scales = int64_t{r.num_layers()} * r.num_kv_heads();
-  if (r.k_scales_size() > 0 || r.v_scales_size() > 0) {
-    if (kv != DType::kFloat8E4M3) {
-      return InvalidArgument("k_scales/v_scales: only for kv_cache_dtype FLOAT8_E4M3");
-    }
-    if (r.k_scales_size() != n_scales || r.v_scales_size() != n_scales) {
-      return InvalidArgument(
-          "k_scales/v_scales: expected num_layers * num_kv_heads = " + std::to_string(n_scales) +
-          " each, got " + std::to_string(r.k_scales_size()) + " and " +
-          std::to_string(r.v_scales_size()));
-    }
-    for (int i = 0; i < n_scales; ++i) {
-      for (float s : {r.k_scales(i), r.v_scales(i)}) {
-        if (!(s > 0.f) || !std::isfinite(s)) {
-          return InvalidArgument("k_scales/v_scales[" + std::to_string(i) +
-                                 "]: expected finite > 0, got " + std::to_string(s));
-        }
-      }
-    }
-    c.k_scales.assign(r.k_scales().begin(), r.k_scales().end());
-    c.v_scales.assign(r.v_scales().begin(), r.v_scales().end());
-  }
-  if (r.has_scale() && !(r.scale() > 0.f && std::isfinite(r.scale()))) {
-    return InvalidArgument("scale: expected finite > 0, got " + std::to_string(r.scale()));
-  }
-  c.num_layers = r.num_layers();
-  c.num_kv_heads = r.num_kv_heads();
-  c.head_dim = r.head_dim();
-  c.num_heads = r.num_heads();
-  c.dtype = *dt;
-  c.kv_dtype = kv;
-  c.reserve_tokens = r.reserve_tokens();
-  c.scale = r.has_scale() ? r.scale() : static_cast<float>(1.0 / std::sqrt(double(r.head_dim())));
-  return c;
-}
-
-/// Checks one rank-3 tensor's dtype and byte size; fills dtype and shape.
-Status DecodeTensor(const pb::Tensor &t, const char *field, DType *dtype,
-                    std::array<int64_t, 3> *shape) {
-  if (t.shape_size() != 3) {
-    return InvalidArgument(std::string(field) + ": expected rank 3, got rank " +
-                           std::to_string(t.shape_size()));
-  }
-  auto dt = DTypeFromProto(t.dtype(), std::string(field) + ".dtype");
-  if (!dt.ok()) return dt.status();
-  int64_t n = 1;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t d = t.shape(i);
-    if (d < 1 || d > (int64_t{1} << 24)) {
-      return InvalidArgument(std::string(field) + ".shape[" + std::to_string(i) +
-                             "]: expected [1, 2^24], got " + std::to_string(d));
-    }
-    (*shape)[i] = d;
-    n *= d;
-  }
-  const uint64_t expected = static_cast<uint64_t>(n) * kernels::DTypeSize(*dt);
-  if (t.data().size() != expected) {
-    return InvalidArgument(std::string(field) + ".data: expected " + std::to_string(expected) +
-                           " bytes, got " + std::to_string(t.data().size()));
-  }
-  *dtype = *dt;
-  return Status::Ok();
 }
 
 void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *info) {
@@ -164,6 +51,7 @@ void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *i
   info->set_scale(c.scale);
   info->set_fp8_saturations(s.fp8_saturations);
   info->set_idle_us(std::max<int64_t>(0, store.now_us() - s.last_used_us));
+  info->set_replica_address(store.options().replica_address);
 }
 
 }  // namespace
@@ -196,12 +84,36 @@ void FillKvCacheInfo(const SequenceStore &store, pb::KvCacheInfo *info) {
 }
 
 SequenceServiceImpl::SequenceServiceImpl(SequenceStore *store, PagedAttentionBackend *backend,
-                                         WorkerPool *workers)
-    : store_(store), backend_(backend), workers_(workers) {}
+                                         WorkerPool *workers,
+                                         const BatchSchedulerOptions &batching)
+    : store_(store),
+      backend_(backend),
+      workers_(workers),
+      steps_(std::make_unique<StepBatcher>(store, backend, batching)) {}
 
 bool SequenceServiceImpl::WaitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(idle_mu_);
   return idle_cv_.wait_for(lock, timeout, [this] { return in_flight_.load() == 0; });
+}
+
+bool SequenceServiceImpl::WaitSequencesGone(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    store_->SweepExpired();  // TTL expiry needs no lookup to happen while draining
+    if (store_->live_sequences() == 0 && in_flight_.load() == 0) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50),
+                                                          deadline - Clock::now()));
+  }
+}
+
+grpc::ServerUnaryReactor *SequenceServiceImpl::RefuseNewSequence(
+    grpc::CallbackServerContext *context) {
+  grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpc(
+      Unavailable("server is draining for shutdown: it still serves the sequences it holds but "
+                  "creates no new ones; create the sequence on another replica")));
+  return reactor;
 }
 
 void SequenceServiceImpl::CallDone() {
@@ -214,12 +126,7 @@ void SequenceServiceImpl::CallDone() {
 template <typename Fn>
 grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContext *context, Fn fn) {
   grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
-  CallStarted();
-  if (draining_.load()) {
-    reactor->Finish(ToGrpc(Unavailable("server is draining for shutdown")));
-    CallDone();
-    return reactor;
-  }
+  CallStarted();  // while draining, calls on existing sequences are still served
   auto task = [this, context, reactor, fn]() mutable {
     Status s;
     if (context->IsCancelled()) {
@@ -244,10 +151,16 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
 grpc::ServerUnaryReactor *SequenceServiceImpl::CreateSequence(
     grpc::CallbackServerContext *context, const pb::CreateSequenceRequest *request,
     pb::CreateSequenceResponse *response) {
-  const std::string owner = CallerIdentity(context);
+  if (draining_.load()) return RefuseNewSequence(context);
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, [this, owner, request, response]() -> Status {
-    auto config = ToConfig(*request);
+    auto config = ValidateCreateSequence(*request);
     if (!config.ok()) return config.status();
+    ATTN_RETURN_IF_ERROR(backend_->SupportsSequence(config->dtype, config->kv_dtype,
+                                                    config->num_heads, config->num_kv_heads,
+                                                    config->head_dim));
     auto seq = store_->Create(owner, std::move(*config));
     if (!seq.ok()) return seq.status();
     FillInfo(*store_, *seq->seq, response->mutable_sequence());
@@ -258,25 +171,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::CreateSequence(
 Status SequenceServiceImpl::RunExtend(const std::string &owner, const pb::ExtendRequest &r,
                                       pb::ExtendResponse *response) {
   const Clock::time_point start = Clock::now();
-  ATTN_RETURN_IF_ERROR(CheckId(r.sequence_id()));
-  ExtendArgs a;
-  a.sequence_id = r.sequence_id();
-  a.layer = r.layer();
-  a.position = r.position();
-  ATTN_RETURN_IF_ERROR(DecodeTensor(r.q(), "q", &a.q_dtype, &a.q_shape));
-  ATTN_RETURN_IF_ERROR(DecodeTensor(r.k(), "k", &a.k_dtype, &a.k_shape));
-  ATTN_RETURN_IF_ERROR(DecodeTensor(r.v(), "v", &a.v_dtype, &a.v_shape));
-  if (a.k_shape[0] != a.v_shape[0] || a.k_shape[0] != a.q_shape[0]) {
-    return InvalidArgument("k, v and q must have the same T: q " + std::to_string(a.q_shape[0]) +
-                           ", k " + std::to_string(a.k_shape[0]) + ", v " +
-                           std::to_string(a.v_shape[0]));
-  }
-  a.q = r.q().data().data();
-  a.k = r.k().data().data();
-  a.v = r.v().data().data();
-  a.q_bytes = r.q().data().size();
-  a.k_bytes = r.k().data().size();
-  a.v_bytes = r.v().data().size();
+  auto decoded_args = ValidateExtend(r);
+  if (!decoded_args.ok()) return decoded_args.status();
+  const ExtendArgs &a = *decoded_args;
   const Clock::time_point decoded = Clock::now();
   ExtendOutcome out;
   pb::Tensor *o = response->mutable_o();
@@ -309,48 +206,113 @@ Status SequenceServiceImpl::RunExtend(const std::string &owner, const pb::Extend
 grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContext *context,
                                                       const pb::ExtendRequest *request,
                                                       pb::ExtendResponse *response) {
-  const std::string owner = CallerIdentity(context);
-  return Submit(context, [this, owner, request, response]() -> Status {
-    return RunExtend(owner, *request, response);
-  });
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
+  // Continuous batching: the step waits in the step batcher with steps of other calls.
+  auto *reactor = new CancellableUnaryReactor([this] { steps_->Notify(); });
+  CallStarted();
+  auto finish = [this, reactor](const Status &s) {
+    if (!s.ok()) spdlog::debug("Extend failed: {}", s.ToString());
+    reactor->Finish(ToGrpc(s));
+    CallDone();
+  };
+  auto args = ValidateExtend(*request);
+  if (!args.ok()) {
+    finish(args.status());
+    return reactor;
+  }
+  std::vector<StepRequest> steps(1);
+  steps[0].context = context;
+  steps[0].owner = owner;
+  steps[0].args = std::move(*args);
+  steps[0].response = response;
+  steps[0].done = [finish](const Status &s, bool) { finish(s); };
+  if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerContext *context,
                                                            const pb::ExtendBatchRequest *request,
                                                            pb::ExtendBatchResponse *response) {
-  const std::string owner = CallerIdentity(context);
-  return Submit(context, [this, owner, request, response]() -> Status {
-    if (request->steps_size() == 0) return InvalidArgument("steps: expected at least one step");
-    std::set<std::string> ids;
-    for (const pb::ExtendRequest &step : request->steps()) {
-      if (step.layer() != request->steps(0).layer()) {
-        return InvalidArgument("steps: every step must be on the same layer (" +
-                               std::to_string(request->steps(0).layer()) + "), got " +
-                               std::to_string(step.layer()));
-      }
-      if (!ids.insert(step.sequence_id()).second) {
-        return InvalidArgument("steps: sequence " + step.sequence_id() + " appears twice");
-      }
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
+  // Each entry is one step in the step batcher, so entries batch with steps of other calls.
+  // The call ends when its last entry does: OK with per-entry results, or, when no entry ran
+  // or failed on its own (all dropped before launch), the status they were dropped with.
+  auto *reactor = new CancellableUnaryReactor([this] { steps_->Notify(); });
+  CallStarted();
+  struct Pending {
+    std::atomic<int> left{0};
+    std::mutex mu;
+    bool any_result = false;  // some entry ran or failed validation
+    Status dropped;
+  };
+  auto finish = [this, reactor](const Status &s) {
+    if (!s.ok()) spdlog::debug("ExtendBatch failed: {}", s.ToString());
+    reactor->Finish(ToGrpc(s));
+    CallDone();
+  };
+  if (Status v = ValidateExtendBatch(*request); !v.ok()) {
+    finish(v);
+    return reactor;
+  }
+  auto set_error = [](pb::ExtendResult *result, const Status &s) {
+    result->clear_response();
+    result->set_code(static_cast<int32_t>(s.code()));
+    result->set_message(s.message());
+  };
+  for (int i = 0; i < request->steps_size(); ++i) response->add_results();
+  auto pending = std::make_shared<Pending>();
+  std::vector<StepRequest> steps;
+  for (int i = 0; i < request->steps_size(); ++i) {
+    pb::ExtendResult *result = response->mutable_results(i);
+    auto args = ValidateExtend(request->steps(i));
+    if (!args.ok()) {
+      set_error(result, args.status());
+      pending->any_result = true;
+      continue;
     }
-    for (const pb::ExtendRequest &step : request->steps()) {
-      pb::ExtendResult *result = response->add_results();
-      Status s = RunExtend(owner, step, result->mutable_response());
-      if (!s.ok()) {
-        result->clear_response();
-        result->set_code(static_cast<int32_t>(s.code()));
-        result->set_message(s.message());
+    StepRequest r;
+    r.context = context;
+    r.owner = owner;
+    r.args = std::move(*args);
+    r.response = result->mutable_response();
+    r.done = [pending, result, finish, set_error](const Status &s, bool ran) {
+      if (!s.ok()) set_error(result, s);
+      {
+        std::lock_guard<std::mutex> lock(pending->mu);
+        if (ran) {
+          pending->any_result = true;
+        } else if (pending->dropped.ok()) {
+          pending->dropped = s;
+        }
       }
-    }
-    return Status::Ok();
-  });
+      if (pending->left.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(pending->mu);
+        finish(pending->any_result ? Status::Ok() : pending->dropped);
+      }
+    };
+    steps.push_back(std::move(r));
+  }
+  if (steps.empty()) {
+    finish(Status::Ok());
+    return reactor;
+  }
+  pending->left.store(static_cast<int>(steps.size()));
+  if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::TruncateSequence(
     grpc::CallbackServerContext *context, const pb::TruncateSequenceRequest *request,
     pb::TruncateSequenceResponse *response) {
-  const std::string owner = CallerIdentity(context);
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(CheckId(request->sequence_id()));
+    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     if (request->length() < 0) {
       return InvalidArgument("length: expected >= 0, got " + std::to_string(request->length()));
     }
@@ -365,9 +327,12 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::TruncateSequence(
 grpc::ServerUnaryReactor *SequenceServiceImpl::ForkSequence(grpc::CallbackServerContext *context,
                                                             const pb::ForkSequenceRequest *request,
                                                             pb::ForkSequenceResponse *response) {
-  const std::string owner = CallerIdentity(context);
+  if (draining_.load()) return RefuseNewSequence(context);
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(CheckId(request->sequence_id()));
+    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     std::optional<int64_t> length;
     if (request->has_length()) length = request->length();
     auto child = store_->Fork(request->sequence_id(), owner, length);
@@ -380,9 +345,11 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ForkSequence(grpc::CallbackServer
 grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
     grpc::CallbackServerContext *context, const pb::ReleaseSequenceRequest *request,
     pb::ReleaseSequenceResponse *response) {
-  const std::string owner = CallerIdentity(context);
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(CheckId(request->sequence_id()));
+    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     int64_t freed = 0;
     ATTN_RETURN_IF_ERROR(store_->Release(request->sequence_id(), owner, &freed));
     response->set_pages_freed(freed);
@@ -393,9 +360,11 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
 grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerContext *context,
                                                            const pb::GetSequenceRequest *request,
                                                            pb::GetSequenceResponse *response) {
-  const std::string owner = CallerIdentity(context);
+  std::string owner;
+  const grpc::Status admitted = gate_->Admit(*context, request, &owner);
+  if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(CheckId(request->sequence_id()));
+    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     auto seq = store_->Acquire(request->sequence_id(), owner);
     if (!seq.ok()) return seq.status();
     FillInfo(*store_, *seq->seq, response->mutable_sequence());
@@ -409,10 +378,11 @@ class SequenceServiceImpl::StreamReactor
     : public grpc::ServerBidiReactor<pb::ExtendRequest, pb::ExtendResult> {
  public:
   StreamReactor(SequenceServiceImpl *service, grpc::CallbackServerContext *context)
-      : service_(service), owner_(CallerIdentity(context)) {
-    service_->CallStarted();
-    if (service_->draining_.load()) {
-      Finish(ToGrpc(Unavailable("server is draining for shutdown")));
+      : service_(service), context_(context) {
+    service_->CallStarted();  // streams on existing sequences are served while draining
+    if (grpc::Status admitted = service_->gate_->Admit(*context, nullptr, &owner_);
+        !admitted.ok()) {
+      Finish(admitted);
       return;
     }
     StartRead(&request_);
@@ -423,15 +393,33 @@ class SequenceServiceImpl::StreamReactor
       return;
     }
     result_.Clear();
-    if (!service_->workers_->TrySubmit([this] {
-          Status s = service_->RunExtend(owner_, request_, result_.mutable_response());
-          SetResult(s);
-          StartWrite(&result_);
-        })) {
-      SetResult(ResourceExhausted("request queue is full"));
+    if (grpc::Status limit = service_->gate_->CheckRequest(request_); !limit.ok()) {
+      SetResult(Status(static_cast<StatusCode>(limit.error_code()), limit.error_message()));
+      StartWrite(&result_);
+      return;
+    }
+    // Continuous batching: the step joins steps of other streams and calls.
+    auto args = ValidateExtend(request_);
+    if (!args.ok()) {
+      SetResult(args.status());
+      StartWrite(&result_);
+      return;
+    }
+    std::vector<StepRequest> steps(1);
+    steps[0].context = context_;
+    steps[0].owner = owner_;
+    steps[0].args = std::move(*args);
+    steps[0].response = result_.mutable_response();
+    steps[0].done = [this](const Status &s, bool) {
+      SetResult(s);
+      StartWrite(&result_);
+    };
+    if (Status s = service_->steps_->Enqueue(&steps); !s.ok()) {
+      SetResult(s);
       StartWrite(&result_);
     }
   }
+  void OnCancel() override { service_->steps_->Notify(); }
   void OnWriteDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
@@ -453,7 +441,8 @@ class SequenceServiceImpl::StreamReactor
   }
 
   SequenceServiceImpl *service_;
-  const std::string owner_;
+  grpc::CallbackServerContext *const context_;
+  std::string owner_;  // set once in the constructor
   pb::ExtendRequest request_;
   pb::ExtendResult result_;
 };

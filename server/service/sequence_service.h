@@ -11,21 +11,24 @@
 // anonymous ""). ExtendStream handles one request at a time per stream, in
 // order, one ExtendResult each. Compute runs on the CPU path
 // (CpuPagedAttention) in every build for now; the GPU paged kernels plug in
-// through PagedAttentionBackend. While draining, new calls and new streams get
-// UNAVAILABLE. Thread-safety: all methods are safe from any thread.
+// through PagedAttentionBackend. While draining, new sequences (CreateSequence,
+// ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served. Thread-safety: all methods are safe from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "attention/v1/sequence.grpc.pb.h"
+#include "batching/step_batcher.h"
 #include "config/server_config.h"
 #include "kv_cache/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
+#include "security/call_gate.h"
 #include "service/worker_pool.h"
 
 namespace attn {
@@ -34,7 +37,10 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
  public:
   /// `store`, `backend` and `workers` are not owned and must outlive the
   /// service.
-  SequenceServiceImpl(SequenceStore *store, PagedAttentionBackend *backend, WorkerPool *workers);
+  /// `batching`: policy, threads and queue bound of the step batcher that Extend,
+  /// ExtendBatch and ExtendStream steps go through (continuous batching, DESIGN.md §8).
+  SequenceServiceImpl(SequenceStore *store, PagedAttentionBackend *backend, WorkerPool *workers,
+                      const BatchSchedulerOptions &batching = {});
 
   grpc::ServerUnaryReactor *CreateSequence(
       grpc::CallbackServerContext *context, const attention::v1::CreateSequenceRequest *request,
@@ -60,12 +66,24 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
                                         const attention::v1::GetSequenceRequest *request,
                                         attention::v1::GetSequenceResponse *response) override;
 
-  /// From now on new calls get UNAVAILABLE.
+  /// Authentication and request limits every call passes first (not owned;
+  /// default: security::OpenGate()). Set before serving.
+  void SetCallGate(const security::CallGate *gate) { gate_ = gate; }
+  /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
+  /// sequences (and new ExtendStreams) are still served.
   void StartDraining() { draining_.store(true); }
+  /// Waits until no sequence is live (released, expired or evicted; expiry is swept while
+  /// waiting) and no call is in flight, or `timeout` passes; true when none is left.
+  bool WaitSequencesGone(std::chrono::milliseconds timeout);
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
   int64_t in_flight() const { return in_flight_.load(); }
+  /// Sequence steps waiting in the batching queue, and their query tokens.
+  int64_t queued_requests() const { return steps_->queued_requests(); }
+  int64_t queued_tokens() const { return steps_->queued_tokens(); }
+  /// The step batcher (for tests and shutdown).
+  StepBatcher *step_batcher() { return steps_.get(); }
 
   /// Runs one Extend for `owner` into `response` (shared by Extend,
   /// ExtendBatch, ExtendStream).
@@ -77,15 +95,19 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   template <typename Fn>
   grpc::ServerUnaryReactor *Submit(grpc::CallbackServerContext *context, Fn fn);
   void CallStarted() { in_flight_.fetch_add(1); }
+  /// Finishes a CreateSequence/ForkSequence with UNAVAILABLE (draining).
+  grpc::ServerUnaryReactor *RefuseNewSequence(grpc::CallbackServerContext *context);
   void CallDone();
 
   SequenceStore *const store_;
   PagedAttentionBackend *const backend_;
   WorkerPool *const workers_;
+  const security::CallGate *gate_ = &security::OpenGate();
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
+  std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 
 /// The caller's identity: metadata "x-attn-identity", or "" (anonymous).

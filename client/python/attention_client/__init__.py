@@ -9,6 +9,7 @@ See client/python/README.md.
 """
 from . import errors
 from .client import AttendResult, AttentionClient, ExtendResult, Report, Sequence
+from .replicas import ReplicaSet
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DataLoss,
                      DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NotFound,
                      OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
@@ -18,7 +19,8 @@ from .tensors import bf16_bits_to_float32, float32_to_bf16_bits, round_to_bf16
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionClient", "AttendResult", "ExtendResult", "Report", "Sequence", "errors",
+    "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
+    "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable", "Unimplemented",

@@ -77,23 +77,54 @@ class AttentionClient:
     """Client for one attention-server.
 
     AttentionClient(target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
-                    channel=None)
+                    channel=None, token=None, token_file=None, tls=False, ca_file=None,
+                    cert_file=None, key_file=None, server_name=None)
 
     target: "host:port". timeout: default per-call deadline in seconds (None: no deadline);
     every method also takes timeout=. identity: sent as "x-attn-identity" metadata on every
     call (owner of sequences; None: anonymous). max_message_bytes: gRPC send/receive limit of
     this channel (the server has its own --max-message-bytes; over it: ResourceExhausted).
+    Security (server flags --tls-cert, --tls-client-ca, --auth-token-file; README "Security"):
+    token: bearer token sent as "authorization: Bearer <token>" on every call; token_file: a
+    file holding the token (surrounding whitespace stripped). tls=True (implied by ca_file,
+    cert_file, key_file) connects with TLS, trusting ca_file (PEM; None: the system roots);
+    cert_file + key_file (PEM) present a client certificate (mutual TLS). server_name
+    overrides the name checked against the server certificate (e.g. "localhost" when target is
+    an IP address without an IP SAN). With a token server, the identity is the token's and
+    identity= is ignored by the server.
     Use as a context manager or call close(). Thread-safe (one gRPC channel).
     Every failed RPC raises an AttentionError subclass (see attention_client.errors).
     """
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
-                 channel=None):
+                 channel=None, token=None, token_file=None, tls=False, ca_file=None,
+                 cert_file=None, key_file=None, server_name=None):
         self.target = target
         self.timeout = timeout
         self.identity = identity
+        if token is not None and token_file is not None:
+            raise ValueError("give token or token_file, not both")
+        if token_file is not None:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+            if not token:
+                raise ValueError(f"token_file {token_file!r} is empty")
+        self._token = token
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("cert_file and key_file go together (mutual TLS)")
         opts = [("grpc.max_send_message_length", int(max_message_bytes)),
                 ("grpc.max_receive_message_length", int(max_message_bytes))]
+        if channel is None and (tls or ca_file or cert_file):
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=read(ca_file) if ca_file else None,
+                private_key=read(key_file) if key_file else None,
+                certificate_chain=read(cert_file) if cert_file else None)
+            if server_name:
+                opts.append(("grpc.ssl_target_name_override", server_name))
+            channel = grpc.secure_channel(target, creds, options=opts)
         self._channel = channel or grpc.insecure_channel(target, options=opts)
         self._attn = pb_grpc.AttentionServiceStub(self._channel)
         self._seq = spb_grpc.SequenceServiceStub(self._channel)
@@ -110,7 +141,12 @@ class AttentionClient:
 
     def _call(self, stub_method, name, request, timeout, identity=None):
         ident = self.identity if identity is None else identity
-        md = (("x-attn-identity", ident),) if ident is not None else None
+        md = []
+        if ident is not None:
+            md.append(("x-attn-identity", ident))
+        if self._token is not None:
+            md.append(("authorization", "Bearer " + self._token))
+        md = tuple(md) or None
         try:
             return stub_method(request, timeout=self.timeout if timeout is None else timeout,
                                metadata=md)
@@ -124,6 +160,12 @@ class AttentionClient:
         kv_cache, ...)."""
         return self._call(self._attn.GetServerInfo, "GetServerInfo", pb.GetServerInfoRequest(),
                           timeout)
+
+    def load(self, *, timeout=None):
+        """GetLoad → attention.v1.GetLoadResponse (protobuf message: replica (address,
+        replica_tag), draining, requests_queued, requests_in_flight, sequences, KV pages per
+        layout class, ...): what a router reads to place new work."""
+        return self._call(self._attn.GetLoad, "GetLoad", pb.GetLoadRequest(), timeout)
 
     def build_request(self, q, k, v, *, causal=None, window=None, q_lengths=None,
                       kv_lengths=None, scale=None, backend=None, return_lse=False, varlen=None,

@@ -56,6 +56,11 @@ class AttentionServiceStub:
                 request_serializer=attention_dot_v1_dot_attention__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=attention_dot_v1_dot_attention__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.GetLoad = channel.unary_unary(
+                '/attention.v1.AttentionService/GetLoad',
+                request_serializer=attention_dot_v1_dot_attention__pb2.GetLoadRequest.SerializeToString,
+                response_deserializer=attention_dot_v1_dot_attention__pb2.GetLoadResponse.FromString,
+                _registered_method=True)
 
 
 class AttentionServiceServicer:
@@ -87,6 +92,15 @@ class AttentionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLoad(self, request, context):
+        """Load report for routers and gateways (queue depth, in-flight calls, KV utilisation,
+        draining). Cheap: answered on the gRPC thread without queueing; served while draining.
+        Never fails except with the transport's own codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttentionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -99,6 +113,11 @@ def add_AttentionServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=attention_dot_v1_dot_attention__pb2.GetServerInfoRequest.FromString,
                     response_serializer=attention_dot_v1_dot_attention__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'GetLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLoad,
+                    request_deserializer=attention_dot_v1_dot_attention__pb2.GetLoadRequest.FromString,
+                    response_serializer=attention_dot_v1_dot_attention__pb2.GetLoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -167,6 +186,33 @@ class AttentionService:
             '/attention.v1.AttentionService/GetServerInfo',
             attention_dot_v1_dot_attention__pb2.GetServerInfoRequest.SerializeToString,
             attention_dot_v1_dot_attention__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attention.v1.AttentionService/GetLoad',
+            attention_dot_v1_dot_attention__pb2.GetLoadRequest.SerializeToString,
+            attention_dot_v1_dot_attention__pb2.GetLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,

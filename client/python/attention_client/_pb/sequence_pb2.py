@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import attention_pb2 as attention_dot_v1_dot_attention__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttention/v1/sequence.proto\x12\x0c\x61ttention.v1\x1a\x1c\x61ttention/v1/attention.proto\"\x91\x02\n\x15\x43reateSequenceRequest\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\"\n\x05\x64type\x18\x05 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12\x16\n\x0ereserve_tokens\x18\x07 \x01(\x03\x12\x10\n\x08k_scales\x18\x08 \x03(\x02\x12\x10\n\x08v_scales\x18\t \x03(\x02\x12\x12\n\x05scale\x18\n \x01(\x02H\x00\x88\x01\x01\x42\x08\n\x06_scale\"\xf3\x02\n\x0cSequenceInfo\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x12\n\nnum_layers\x18\x02 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x03 \x01(\x05\x12\x10\n\x08head_dim\x18\x04 \x01(\x05\x12\x11\n\tnum_heads\x18\x05 \x01(\x05\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x07 \x01(\x0e\x32\x13.attention.v1.DType\x12\x15\n\rlayer_lengths\x18\x08 \x03(\x03\x12\r\n\x05pages\x18\t \x01(\x03\x12\x16\n\x0ereserved_pages\x18\n \x01(\x03\x12\x13\n\x0bpage_tokens\x18\x0b \x01(\x05\x12\r\n\x05scale\x18\x0c \x01(\x02\x12\x17\n\x0f\x66p8_saturations\x18\r \x01(\x03\x12\x10\n\x08k_scales\x18\x0e \x03(\x02\x12\x10\n\x08v_scales\x18\x0f \x03(\x02\x12\x0f\n\x07idle_us\x18\x10 \x01(\x03\"F\n\x16\x43reateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"\xa8\x01\n\rExtendRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x10\n\x08position\x18\x03 \x01(\x03\x12\x1f\n\x01q\x18\x04 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01k\x18\x05 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01v\x18\x06 \x01(\x0b\x32\x14.attention.v1.Tensor\"\x82\x01\n\x0e\x45xtendResponse\x12\x1f\n\x01o\x18\x01 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12-\n\x06report\x18\x04 \x01(\x0b\x32\x1d.attention.v1.ExecutionReport\"@\n\x12\x45xtendBatchRequest\x12*\n\x05steps\x18\x01 \x03(\x0b\x32\x1b.attention.v1.ExtendRequest\"]\n\x0c\x45xtendResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x08response\x18\x03 \x01(\x0b\x32\x1c.attention.v1.ExtendResponse\"B\n\x13\x45xtendBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.attention.v1.ExtendResult\">\n\x17TruncateSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x03\"H\n\x18TruncateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"J\n\x13\x46orkSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x13\n\x06length\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"D\n\x14\x46orkSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"-\n\x16ReleaseSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\".\n\x17ReleaseSequenceResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\x03\")\n\x12GetSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\"C\n\x13GetSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo2\xc2\x05\n\x0fSequenceService\x12[\n\x0e\x43reateSequence\x12#.attention.v1.CreateSequenceRequest\x1a$.attention.v1.CreateSequenceResponse\x12\x43\n\x06\x45xtend\x12\x1b.attention.v1.ExtendRequest\x1a\x1c.attention.v1.ExtendResponse\x12R\n\x0b\x45xtendBatch\x12 .attention.v1.ExtendBatchRequest\x1a!.attention.v1.ExtendBatchResponse\x12K\n\x0c\x45xtendStream\x12\x1b.attention.v1.ExtendRequest\x1a\x1a.attention.v1.ExtendResult(\x01\x30\x01\x12\x61\n\x10TruncateSequence\x12%.attention.v1.TruncateSequenceRequest\x1a&.attention.v1.TruncateSequenceResponse\x12U\n\x0c\x46orkSequence\x12!.attention.v1.ForkSequenceRequest\x1a\".attention.v1.ForkSequenceResponse\x12^\n\x0fReleaseSequence\x12$.attention.v1.ReleaseSequenceRequest\x1a%.attention.v1.ReleaseSequenceResponse\x12R\n\x0bGetSequence\x12 .attention.v1.GetSequenceRequest\x1a!.attention.v1.GetSequenceResponseB\x03\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttention/v1/sequence.proto\x12\x0c\x61ttention.v1\x1a\x1c\x61ttention/v1/attention.proto\"\x91\x02\n\x15\x43reateSequenceRequest\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\"\n\x05\x64type\x18\x05 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12\x16\n\x0ereserve_tokens\x18\x07 \x01(\x03\x12\x10\n\x08k_scales\x18\x08 \x03(\x02\x12\x10\n\x08v_scales\x18\t \x03(\x02\x12\x12\n\x05scale\x18\n \x01(\x02H\x00\x88\x01\x01\x42\x08\n\x06_scale\"\x8c\x03\n\x0cSequenceInfo\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x12\n\nnum_layers\x18\x02 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x03 \x01(\x05\x12\x10\n\x08head_dim\x18\x04 \x01(\x05\x12\x11\n\tnum_heads\x18\x05 \x01(\x05\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x07 \x01(\x0e\x32\x13.attention.v1.DType\x12\x15\n\rlayer_lengths\x18\x08 \x03(\x03\x12\r\n\x05pages\x18\t \x01(\x03\x12\x16\n\x0ereserved_pages\x18\n \x01(\x03\x12\x13\n\x0bpage_tokens\x18\x0b \x01(\x05\x12\r\n\x05scale\x18\x0c \x01(\x02\x12\x17\n\x0f\x66p8_saturations\x18\r \x01(\x03\x12\x10\n\x08k_scales\x18\x0e \x03(\x02\x12\x10\n\x08v_scales\x18\x0f \x03(\x02\x12\x0f\n\x07idle_us\x18\x10 \x01(\x03\x12\x17\n\x0freplica_address\x18\x11 \x01(\t\"F\n\x16\x43reateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"\xa8\x01\n\rExtendRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x10\n\x08position\x18\x03 \x01(\x03\x12\x1f\n\x01q\x18\x04 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01k\x18\x05 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01v\x18\x06 \x01(\x0b\x32\x14.attention.v1.Tensor\"\x82\x01\n\x0e\x45xtendResponse\x12\x1f\n\x01o\x18\x01 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12-\n\x06report\x18\x04 \x01(\x0b\x32\x1d.attention.v1.ExecutionReport\"@\n\x12\x45xtendBatchRequest\x12*\n\x05steps\x18\x01 \x03(\x0b\x32\x1b.attention.v1.ExtendRequest\"]\n\x0c\x45xtendResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x08response\x18\x03 \x01(\x0b\x32\x1c.attention.v1.ExtendResponse\"B\n\x13\x45xtendBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.attention.v1.ExtendResult\">\n\x17TruncateSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x03\"H\n\x18TruncateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"J\n\x13\x46orkSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x13\n\x06length\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"D\n\x14\x46orkSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"-\n\x16ReleaseSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\".\n\x17ReleaseSequenceResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\x03\")\n\x12GetSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\"C\n\x13GetSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo2\xc2\x05\n\x0fSequenceService\x12[\n\x0e\x43reateSequence\x12#.attention.v1.CreateSequenceRequest\x1a$.attention.v1.CreateSequenceResponse\x12\x43\n\x06\x45xtend\x12\x1b.attention.v1.ExtendRequest\x1a\x1c.attention.v1.ExtendResponse\x12R\n\x0b\x45xtendBatch\x12 .attention.v1.ExtendBatchRequest\x1a!.attention.v1.ExtendBatchResponse\x12K\n\x0c\x45xtendStream\x12\x1b.attention.v1.ExtendRequest\x1a\x1a.attention.v1.ExtendResult(\x01\x30\x01\x12\x61\n\x10TruncateSequence\x12%.attention.v1.TruncateSequenceRequest\x1a&.attention.v1.TruncateSequenceResponse\x12U\n\x0c\x46orkSequence\x12!.attention.v1.ForkSequenceRequest\x1a\".attention.v1.ForkSequenceResponse\x12^\n\x0fReleaseSequence\x12$.attention.v1.ReleaseSequenceRequest\x1a%.attention.v1.ReleaseSequenceResponse\x12R\n\x0bGetSequence\x12 .attention.v1.GetSequenceRequest\x1a!.attention.v1.GetSequenceResponseB\x03\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,35 +36,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESEQUENCEREQUEST']._serialized_start=76
   _globals['_CREATESEQUENCEREQUEST']._serialized_end=349
   _globals['_SEQUENCEINFO']._serialized_start=352
-  _globals['_SEQUENCEINFO']._serialized_end=723
-  _globals['_CREATESEQUENCERESPONSE']._serialized_start=725
-  _globals['_CREATESEQUENCERESPONSE']._serialized_end=795
-  _globals['_EXTENDREQUEST']._serialized_start=798
-  _globals['_EXTENDREQUEST']._serialized_end=966
-  _globals['_EXTENDRESPONSE']._serialized_start=969
-  _globals['_EXTENDRESPONSE']._serialized_end=1099
-  _globals['_EXTENDBATCHREQUEST']._serialized_start=1101
-  _globals['_EXTENDBATCHREQUEST']._serialized_end=1165
-  _globals['_EXTENDRESULT']._serialized_start=1167
-  _globals['_EXTENDRESULT']._serialized_end=1260
-  _globals['_EXTENDBATCHRESPONSE']._serialized_start=1262
-  _globals['_EXTENDBATCHRESPONSE']._serialized_end=1328
-  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_start=1330
-  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_end=1392
-  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_start=1394
-  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_end=1466
-  _globals['_FORKSEQUENCEREQUEST']._serialized_start=1468
-  _globals['_FORKSEQUENCEREQUEST']._serialized_end=1542
-  _globals['_FORKSEQUENCERESPONSE']._serialized_start=1544
-  _globals['_FORKSEQUENCERESPONSE']._serialized_end=1612
-  _globals['_RELEASESEQUENCEREQUEST']._serialized_start=1614
-  _globals['_RELEASESEQUENCEREQUEST']._serialized_end=1659
-  _globals['_RELEASESEQUENCERESPONSE']._serialized_start=1661
-  _globals['_RELEASESEQUENCERESPONSE']._serialized_end=1707
-  _globals['_GETSEQUENCEREQUEST']._serialized_start=1709
-  _globals['_GETSEQUENCEREQUEST']._serialized_end=1750
-  _globals['_GETSEQUENCERESPONSE']._serialized_start=1752
-  _globals['_GETSEQUENCERESPONSE']._serialized_end=1819
-  _globals['_SEQUENCESERVICE']._serialized_start=1822
-  _globals['_SEQUENCESERVICE']._serialized_end=2528
+  _globals['_SEQUENCEINFO']._serialized_end=748
+  _globals['_CREATESEQUENCERESPONSE']._serialized_start=750
+  _globals['_CREATESEQUENCERESPONSE']._serialized_end=820
+  _globals['_EXTENDREQUEST']._serialized_start=823
+  _globals['_EXTENDREQUEST']._serialized_end=991
+  _globals['_EXTENDRESPONSE']._serialized_start=994
+  _globals['_EXTENDRESPONSE']._serialized_end=1124
+  _globals['_EXTENDBATCHREQUEST']._serialized_start=1126
+  _globals['_EXTENDBATCHREQUEST']._serialized_end=1190
+  _globals['_EXTENDRESULT']._serialized_start=1192
+  _globals['_EXTENDRESULT']._serialized_end=1285
+  _globals['_EXTENDBATCHRESPONSE']._serialized_start=1287
+  _globals['_EXTENDBATCHRESPONSE']._serialized_end=1353
+  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_start=1355
+  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_end=1417
+  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_start=1419
+  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_end=1491
+  _globals['_FORKSEQUENCEREQUEST']._serialized_start=1493
+  _globals['_FORKSEQUENCEREQUEST']._serialized_end=1567
+  _globals['_FORKSEQUENCERESPONSE']._serialized_start=1569
+  _globals['_FORKSEQUENCERESPONSE']._serialized_end=1637
+  _globals['_RELEASESEQUENCEREQUEST']._serialized_start=1639
+  _globals['_RELEASESEQUENCEREQUEST']._serialized_end=1684
+  _globals['_RELEASESEQUENCERESPONSE']._serialized_start=1686
+  _globals['_RELEASESEQUENCERESPONSE']._serialized_end=1732
+  _globals['_GETSEQUENCEREQUEST']._serialized_start=1734
+  _globals['_GETSEQUENCEREQUEST']._serialized_end=1775
+  _globals['_GETSEQUENCERESPONSE']._serialized_start=1777
+  _globals['_GETSEQUENCERESPONSE']._serialized_end=1844
+  _globals['_SEQUENCESERVICE']._serialized_start=1847
+  _globals['_SEQUENCESERVICE']._serialized_end=2553
 # @@protoc_insertion_point(module_scope)
