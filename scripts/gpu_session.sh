@@ -7,7 +7,7 @@
 #           backends and the GPU KV cache (loadgen trace replay + generation sessions)
 #   serve   the bundled server with the fused backend replaying the Azure trace (verified)
 #   batch   issue-6 measurement: 64 concurrent decode streams, batching on vs off
-#   bench   kernel benchmarks (scripts/fused_bench.sh, scripts/decode_bench.sh, fp8 bench)
+#   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) are installed into /tmp/site first.
 set -uo pipefail

@@ -53,6 +53,10 @@ class Backend {
   virtual bool available() const { return true; }
   /// Why available() is false; empty otherwise.
   virtual std::string unavailable_reason() const { return {}; }
+  /// True when a call's output does not depend on which other calls share its launch, so the
+  /// batcher may coalesce concurrent calls into one launch (DESIGN.md §8). False for backends
+  /// whose numerics depend on the whole launch (fp8: per-tensor scales from the inputs' amax).
+  virtual bool coalescable() const { return true; }
   /// Ok if this backend can run `shape`; otherwise FAILED_PRECONDITION (or RESOURCE_EXHAUSTED
   /// for size limits) with the reason.
   virtual Status Supports(const AttentionShape& shape) const = 0;

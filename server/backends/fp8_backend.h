@@ -32,6 +32,9 @@ class Fp8Backend final : public Backend {
   BackendCapabilities Capabilities() const override;
   bool available() const override { return unavailable_reason_.empty(); }
   std::string unavailable_reason() const override { return unavailable_reason_; }
+  /// Never coalesced: the per-tensor quantisation scales come from the amax of the whole launch,
+  /// so a call packed with others would get a different result than alone.
+  bool coalescable() const override { return false; }
   Status Supports(const AttentionShape& shape) const override;
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;

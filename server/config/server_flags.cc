@@ -16,7 +16,7 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--port-file", c->port_file, "write the bound port to this file once serving");
   app.add_option("--default-backend", c->default_backend,
-                 "backend for requests that name none: auto, cpu, naive, fused")
+                 "backend for requests that name none: auto, cpu, naive, fused, cudnn, fp8")
       ->capture_default_str();
   app.add_option("--max-message-bytes", c->max_message_bytes,
                  "largest request accepted, bytes (larger: RESOURCE_EXHAUSTED)")

@@ -162,8 +162,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
   }
   call->decode_us = Us(call->start, Clock::now());
   call->signature = AttendSignature(call->validated, call->choice.backend->name());
-  // FP8 inputs carry per-tensor scales that one packed launch cannot hold: never coalesced.
-  if (call->validated.shape.dtype == kernels::DType::kFloat8E4M3) {
+  // FP8 inputs carry per-tensor scales that one packed launch cannot hold, and some backends'
+  // numerics depend on the whole launch (Backend::coalescable): such calls run alone.
+  if (call->validated.shape.dtype == kernels::DType::kFloat8E4M3 ||
+      !call->choice.backend->coalescable()) {
     call->signature += "|call" + std::to_string(reinterpret_cast<uintptr_t>(call));
   }
   call->tokens = call->validated.query_tokens;

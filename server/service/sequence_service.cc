@@ -56,13 +56,6 @@ void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *i
 
 }  // namespace
 
-std::string CallerIdentity(const grpc::CallbackServerContext *context) {
-  const auto &md = context->client_metadata();
-  auto it = md.find("x-attn-identity");
-  if (it == md.end()) return std::string();
-  return std::string(it->second.data(), it->second.size());
-}
-
 void FillKvCacheInfo(const SequenceStore &store, pb::KvCacheInfo *info) {
   const PagePool *pool = store.pool();
   info->set_page_tokens(pool->page_tokens());

@@ -110,9 +110,6 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 
-/// The caller's identity: metadata "x-attn-identity", or "" (anonymous).
-std::string CallerIdentity(const grpc::CallbackServerContext *context);
-
 /// Fills GetServerInfoResponse.kv_cache from the store and its page pool.
 void FillKvCacheInfo(const SequenceStore &store, attention::v1::KvCacheInfo *info);
 
