@@ -39,6 +39,10 @@ std::string AttendSignature(const ValidatedAttend& v, const std::string& backend
          "|s" + std::to_string(scale_bits) + (s.return_lse ? "|lse" : "");
 }
 
+bool MayCoalesce(const ValidatedAttend& v, const Backend& backend) {
+  return v.shape.dtype != kernels::DType::kFloat8E4M3 && backend.coalescable();
+}
+
 StatusOr<PackedAttend> PackedAttend::Pack(const std::vector<const ValidatedAttend*>& parts) {
   if (parts.empty()) return InvalidArgument("PackedAttend::Pack: no parts");
   const kernels::AttentionShape& first = parts.front()->shape;

@@ -17,6 +17,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
+#include "backends/backend.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
@@ -25,6 +26,11 @@ namespace attn {
 /// `backend`: dtype, N, K, H, mask (causal alignment, windows), scale (bit pattern),
 /// return_lse and the backend. Layout and lengths do not matter.
 std::string AttendSignature(const ValidatedAttend& v, const std::string& backend);
+
+/// False when a call must run in a launch of its own: FLOAT8_E4M3 inputs (their per-tensor
+/// scales cannot be shared) or a backend whose numerics depend on the whole launch
+/// (Backend::coalescable() false, e.g. fp8's amax-derived quantisation scales).
+bool MayCoalesce(const ValidatedAttend& v, const Backend& backend);
 
 /// Several Attend problems packed into one varlen problem; owns the packed buffers.
 class PackedAttend {

@@ -162,10 +162,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
   }
   call->decode_us = Us(call->start, Clock::now());
   call->signature = AttendSignature(call->validated, call->choice.backend->name());
-  // FP8 inputs carry per-tensor scales that one packed launch cannot hold, and some backends'
-  // numerics depend on the whole launch (Backend::coalescable): such calls run alone.
-  if (call->validated.shape.dtype == kernels::DType::kFloat8E4M3 ||
-      !call->choice.backend->coalescable()) {
+  // A call that may not share a launch (MayCoalesce) gets a signature of its own.
+  if (!MayCoalesce(call->validated, *call->choice.backend)) {
     call->signature += "|call" + std::to_string(reinterpret_cast<uintptr_t>(call));
   }
   call->tokens = call->validated.query_tokens;

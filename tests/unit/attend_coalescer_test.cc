@@ -206,6 +206,36 @@ TEST(AttendCoalescer, SignatureSeparatesWhatCannotShareALaunch) {
   EXPECT_NE(a, sig(base, "cpu", 0.5f));
 }
 
+/// A backend that only answers what MayCoalesce asks.
+class CoalescableProbe final : public Backend {
+ public:
+  explicit CoalescableProbe(bool coalescable) : coalescable_(coalescable) {}
+  const std::string& name() const override { return name_; }
+  BackendCapabilities Capabilities() const override { return {}; }
+  Status Supports(const AttentionShape&) const override { return Status::Ok(); }
+  Status Execute(const AttentionShape&, const AttentionTensors&, ExecuteTimes*) override {
+    return Internal("not for execution");
+  }
+  bool coalescable() const override { return coalescable_; }
+
+ private:
+  const std::string name_ = "probe";
+  const bool coalescable_;
+};
+
+TEST(AttendCoalescer, LaunchDependentBackendsAndFp8InputsRunAlone) {
+  std::mt19937_64 rng(5);
+  Shape base;
+  base.dtype = pb::BFLOAT16;
+  auto v = ValidateAttend(RandomRequest(base, &rng));
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(MayCoalesce(*v, CoalescableProbe(true)));
+  EXPECT_FALSE(MayCoalesce(*v, CoalescableProbe(false)));  // e.g. fp8: amax of the whole launch
+  ValidatedAttend e4m3 = *v;
+  e4m3.shape.dtype = kernels::DType::kFloat8E4M3;
+  EXPECT_FALSE(MayCoalesce(e4m3, CoalescableProbe(true)));
+}
+
 TEST(AttendCoalescer, PackRefusesIncompatibleParts) {
   std::mt19937_64 rng(4);
   Shape a, b;
