@@ -8,8 +8,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/bootstrap.sh"
-echo "[run] building (2-3 minutes on 2 cores; log: build.log)"
-"$root/scripts/build.sh" >"$root/build.log" 2>&1 || { tail -50 "$root/build.log"; exit 1; }
+echo "[run] building attention-server and attention-loadgen (on 2 cores: a few minutes without"
+echo "[run] CUDA, longer when nvcc is found and the CUDA kernels compile; log: build.log)"
+"$root/scripts/build.sh" --target attention-server --target attention-loadgen \
+  >"$root/build.log" 2>&1 || { tail -50 "$root/build.log"; exit 1; }
 bin="$root/build"
 log=$(mktemp)
 "$bin/server/attention-server" 2>"$log" &

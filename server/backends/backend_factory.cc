@@ -89,6 +89,14 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
     return InvalidArgument("--default-backend: unknown backend \"" + config.default_backend +
                            "\"; known: " + built.registry->KnownNames());
   }
+  if (config.default_backend != "auto") {
+    const Backend* b = built.registry->Find(config.default_backend);
+    if (!b->available()) {
+      spdlog::warn("--default-backend {} is unavailable here ({}): calls that name no backend "
+                   "will get FAILED_PRECONDITION",
+                   config.default_backend, b->unavailable_reason());
+    }
+  }
   return built;
 }
 

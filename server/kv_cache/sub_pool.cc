@@ -139,9 +139,14 @@ Status SubPool::Allocate(int64_t n, int32_t *out) {
     Status s = AddChunk();
     if (!s.ok()) {
       for (int32_t first : added) RemoveChunk(chunks_.at(first).get());
-      return ResourceExhausted("KV cache full (layout class " + cls_.ToString() + ", page_tokens " +
-                               std::to_string(view_.page_tokens) + "): need " + std::to_string(n) +
-                               " pages, " + std::to_string(AvailablePages()) + " free");
+      const int64_t chunk_bytes = (2 * chunk_pages_ + 1) * page_bytes_;
+      return ResourceExhausted(
+          "KV cache full (layout class " + cls_.ToString() + ", page_tokens " +
+          std::to_string(view_.page_tokens) + "): need " + std::to_string(n) + " pages, " +
+          std::to_string(AvailablePages()) + " free; pages of this class are carved " +
+          std::to_string(chunk_pages_) + " at a time (" + std::to_string(chunk_bytes) +
+          " bytes, --kv-chunk-pages) and the pool's largest free block is " +
+          std::to_string(memory_->largest_free()) + " bytes");
     }
     // The chunk just added is the last one marked nonfull.
     added.push_back(nonfull_.back()->first_page);
