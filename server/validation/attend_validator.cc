@@ -123,16 +123,17 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   const int rank = varlen ? 3 : 4;
   DType qd, kd, vd;
   ATTN_RETURN_IF_ERROR(CheckTensor(r.q(), "q", rank, &qd));
+  // Mixed dtypes are named as such before k's or v's byte-size check (which would blame the
+  // size).
+  for (const auto& [t, name] : {std::pair{&r.k(), "k"}, std::pair{&r.v(), "v"}}) {
+    auto got = DTypeFromProto(t->dtype(), std::string(name) + ".dtype");
+    if (got.ok() && *got != qd) {
+      return InvalidArgument(std::string(name) + ".dtype: expected q's dtype " +
+                             kernels::DTypeName(qd) + ", got " + kernels::DTypeName(*got));
+    }
+  }
   ATTN_RETURN_IF_ERROR(CheckTensor(r.k(), "k", rank, &kd));
   ATTN_RETURN_IF_ERROR(CheckTensor(r.v(), "v", rank, &vd));
-  if (kd != qd) {
-    return InvalidArgument(std::string("k.dtype: expected q's dtype ") + kernels::DTypeName(qd) +
-                           ", got " + kernels::DTypeName(kd));
-  }
-  if (vd != qd) {
-    return InvalidArgument(std::string("v.dtype: expected q's dtype ") + kernels::DTypeName(qd) +
-                           ", got " + kernels::DTypeName(vd));
-  }
   s.dtype = qd;
   const auto& q = r.q().shape();
   const auto& k = r.k().shape();

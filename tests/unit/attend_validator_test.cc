@@ -89,6 +89,11 @@ TEST(AttendValidator, RejectsEachBadField) {
   r.mutable_k()->set_dtype(attention::v1::FLOAT32);
   r.mutable_k()->mutable_data()->resize(r.k().data().size() * 2);
   ExpectInvalid(r, "k.dtype: expected q's dtype bfloat16");
+  // Named as a dtype mismatch even when the bytes fit the (wrong) dtype of q instead.
+  r = Padded(1, 4, 4, 2, 2, 8);
+  r.mutable_v()->set_dtype(attention::v1::FLOAT16);
+  r.mutable_v()->mutable_data()->resize(r.v().data().size() * 2);
+  ExpectInvalid(r, "v.dtype: expected q's dtype bfloat16, got float16");
 
   r = Padded(2, 4, 4, 2, 2, 8);
   r.clear_k();
