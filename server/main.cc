@@ -184,6 +184,7 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   builder.SetMaxSendMessageSize(-1);
   service.SetCallGate(security->gate.get());
   sequence_service.SetCallGate(security->gate.get());
+  sequence_service.SetMetrics(&metrics);
   builder.RegisterService(&service);
   builder.RegisterService(&sequence_service);
   server = builder.BuildAndStart();

@@ -56,7 +56,14 @@ prometheus::MetricFamily GaugeFamily(const char* name, const char* help) {
 
 }  // namespace
 
-const char* MethodName(Method m) { return m == Method::kAttend ? "Attend" : "GetServerInfo"; }
+const char* MethodName(Method m) {
+  static constexpr const char* kNames[kNumMethods] = {
+      "Attend",          "GetServerInfo",    "GetLoad",      "CreateSequence",
+      "Extend",          "ExtendBatch",      "ExtendStream", "TruncateSequence",
+      "ForkSequence",    "ReleaseSequence",  "GetSequence"};
+  const int i = static_cast<int>(m);
+  return i >= 0 && i < kNumMethods ? kNames[i] : "unknown";
+}
 
 const char* PhaseName(Phase p) {
   switch (p) {
@@ -356,8 +363,11 @@ Metrics::Metrics(const std::vector<std::string>& backends,
     RequestHistogram(static_cast<int>(Method::kAttend), b, 0);
     RequestCounter(static_cast<int>(Method::kAttend), b, 0);
   }
-  RequestHistogram(static_cast<int>(Method::kGetServerInfo), 0, 0);
-  RequestCounter(static_cast<int>(Method::kGetServerInfo), 0, 0);
+  // The other methods run on no attention backend: backend="none".
+  for (int m = static_cast<int>(Method::kGetServerInfo); m < kNumMethods; ++m) {
+    RequestHistogram(m, 0, 0);
+    RequestCounter(m, 0, 0);
+  }
 }
 
 Metrics::~Metrics() { StopServing(); }
@@ -412,7 +422,8 @@ prometheus::Counter* Metrics::RequestCounter(int method, int backend, int code) 
 }
 
 void Metrics::ObserveRequest(Method method, int backend, StatusCode code, double seconds) {
-  const int m = static_cast<int>(method) == 1 ? 1 : 0;
+  int m = static_cast<int>(method);
+  if (m < 0 || m >= kNumMethods) m = 0;
   const int b = Clamp(backend);
   int c = static_cast<int>(code);
   if (c < 0 || c >= kNumCodes) c = static_cast<int>(StatusCode::kUnknown);

@@ -75,8 +75,21 @@ namespace attn::metrics {
 
 class MetricsHttpServer;
 
-enum class Method : int { kAttend = 0, kGetServerInfo = 1 };
-inline constexpr int kNumMethods = 2;
+/// The RPCs whose calls are counted (the `method` label): AttentionService and SequenceService.
+enum class Method : int {
+  kAttend = 0,
+  kGetServerInfo = 1,
+  kGetLoad = 2,
+  kCreateSequence = 3,
+  kExtend = 4,
+  kExtendBatch = 5,
+  kExtendStream = 6,  ///< one observation per stream, when it ends
+  kTruncateSequence = 7,
+  kForkSequence = 8,
+  kReleaseSequence = 9,
+  kGetSequence = 10,
+};
+inline constexpr int kNumMethods = 11;
 
 enum class Phase : int {
   kDecode = 0,

@@ -1,8 +1,10 @@
 #include "service/load_report.h"
 
+#include <chrono>
 #include <utility>
 
 #include "kv_cache/sequence_id.h"
+#include "metrics/metrics.h"
 #include "service/attention_service.h"
 #include "service/sequence_service.h"
 
@@ -60,6 +62,7 @@ grpc::ServerUnaryReactor *AttentionServiceImpl::GetLoad(
   std::string identity;
   const grpc::Status admitted = gate_->Admit(*context, request, &identity);
   if (!admitted.ok()) return security::Reject(context, admitted);
+  const auto start = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
   if (load_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
@@ -68,6 +71,11 @@ grpc::ServerUnaryReactor *AttentionServiceImpl::GetLoad(
   }
   load_->Fill(response);
   reactor->Finish(grpc::Status::OK);
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRequest(
+        metrics::Method::kGetLoad, 0, StatusCode::kOk,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   return reactor;
 }
 

@@ -20,10 +20,6 @@ namespace pb = attention::v1;
 using Clock = std::chrono::steady_clock;
 using kernels::DType;
 
-int64_t Us(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
-}
-
 void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *info) {
   const SequenceConfig &c = s.config;
   info->set_sequence_id(s.id);
@@ -116,11 +112,20 @@ void SequenceServiceImpl::CallDone() {
   }
 }
 
+void SequenceServiceImpl::Observe(metrics::Method method, StatusCode code,
+                                  Clock::time_point start) const {
+  if (metrics_ == nullptr) return;
+  metrics_->ObserveRequest(method, 0, code,
+                           std::chrono::duration<double>(Clock::now() - start).count());
+}
+
 template <typename Fn>
-grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContext *context, Fn fn) {
+grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContext *context,
+                                                      metrics::Method method, Fn fn) {
   grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
+  const Clock::time_point start = Clock::now();
   CallStarted();  // while draining, calls on existing sequences are still served
-  auto task = [this, context, reactor, fn]() mutable {
+  auto task = [this, context, reactor, fn, method, start]() mutable {
     Status s;
     if (context->IsCancelled()) {
       s = Status(StatusCode::kCancelled, "cancelled by the client before it ran");
@@ -131,11 +136,13 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
     }
     if (!s.ok()) spdlog::debug("SequenceService call failed: {}", s.ToString());
     reactor->Finish(ToGrpc(s));
+    Observe(method, s.code(), start);
     CallDone();
   };
   if (!workers_->TrySubmit(std::move(task))) {
     reactor->Finish(ToGrpc(ResourceExhausted("request queue is full (--max-queue-requests=" +
                                              std::to_string(workers_->max_queued()) + ")")));
+    Observe(method, StatusCode::kResourceExhausted, start);
     CallDone();
   }
   return reactor;
@@ -148,7 +155,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::CreateSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, [this, owner, request, response]() -> Status {
+  return Submit(context, metrics::Method::kCreateSequence,
+                [this, owner, request, response]() -> Status {
     auto config = ValidateCreateSequence(*request);
     if (!config.ok()) return config.status();
     ATTN_RETURN_IF_ERROR(backend_->SupportsSequence(config->dtype, config->kv_dtype,
@@ -161,41 +169,6 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::CreateSequence(
   });
 }
 
-Status SequenceServiceImpl::RunExtend(const std::string &owner, const pb::ExtendRequest &r,
-                                      pb::ExtendResponse *response) {
-  const Clock::time_point start = Clock::now();
-  auto decoded_args = ValidateExtend(r);
-  if (!decoded_args.ok()) return decoded_args.status();
-  const ExtendArgs &a = *decoded_args;
-  const Clock::time_point decoded = Clock::now();
-  ExtendOutcome out;
-  pb::Tensor *o = response->mutable_o();
-  Status s = ExtendStep(store_, backend_, owner, a, o->mutable_data(), &out);
-  if (!s.ok()) {
-    response->Clear();
-    return s;
-  }
-  o->set_dtype(DTypeToProto(out.dtype));
-  o->add_shape(a.q_shape[0]);
-  o->add_shape(out.num_heads);
-  o->add_shape(out.head_dim);
-  response->set_length(out.length);
-  response->set_replayed(out.replayed);
-  auto *report = response->mutable_report();
-  report->set_backend(backend_->name());
-  report->set_backend_reason(out.replayed ? "replay: stored result"
-                                          : "paged KV cache: host pages, cpu reference");
-  report->set_batch_size(1);
-  report->set_batch_tokens(a.q_shape[0]);
-  report->set_flops(2.0 * a.q_shape[0] * out.kv_len * out.num_heads * out.head_dim);
-  report->set_device("cpu");
-  auto *t = report->mutable_times();
-  t->set_decode_us(Us(start, decoded));
-  t->set_kernel_us(out.kernel_us);
-  t->set_total_us(Us(start, Clock::now()));
-  return Status::Ok();
-}
-
 grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContext *context,
                                                       const pb::ExtendRequest *request,
                                                       pb::ExtendResponse *response) {
@@ -205,9 +178,10 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
   // Continuous batching: the step waits in the step batcher with steps of other calls.
   auto *reactor = new CancellableUnaryReactor([this] { steps_->Notify(); });
   CallStarted();
-  auto finish = [this, reactor](const Status &s) {
+  auto finish = [this, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("Extend failed: {}", s.ToString());
     reactor->Finish(ToGrpc(s));
+    Observe(metrics::Method::kExtend, s.code(), start);
     CallDone();
   };
   auto args = ValidateExtend(*request);
@@ -242,9 +216,10 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
     bool any_result = false;  // some entry ran or failed validation
     Status dropped;
   };
-  auto finish = [this, reactor](const Status &s) {
+  auto finish = [this, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("ExtendBatch failed: {}", s.ToString());
     reactor->Finish(ToGrpc(s));
+    Observe(metrics::Method::kExtendBatch, s.code(), start);
     CallDone();
   };
   if (Status v = ValidateExtendBatch(*request); !v.ok()) {
@@ -304,7 +279,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::TruncateSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, [this, owner, request, response]() -> Status {
+  return Submit(context, metrics::Method::kTruncateSequence,
+                [this, owner, request, response]() -> Status {
     ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     if (request->length() < 0) {
       return InvalidArgument("length: expected >= 0, got " + std::to_string(request->length()));
@@ -324,7 +300,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ForkSequence(grpc::CallbackServer
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, [this, owner, request, response]() -> Status {
+  return Submit(context, metrics::Method::kForkSequence,
+                [this, owner, request, response]() -> Status {
     ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     std::optional<int64_t> length;
     if (request->has_length()) length = request->length();
@@ -341,7 +318,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, [this, owner, request, response]() -> Status {
+  return Submit(context, metrics::Method::kReleaseSequence,
+                [this, owner, request, response]() -> Status {
     ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     int64_t freed = 0;
     ATTN_RETURN_IF_ERROR(store_->Release(request->sequence_id(), owner, &freed));
@@ -356,7 +334,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerC
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, [this, owner, request, response]() -> Status {
+  return Submit(context, metrics::Method::kGetSequence,
+                [this, owner, request, response]() -> Status {
     ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
     auto seq = store_->Acquire(request->sequence_id(), owner);
     if (!seq.ok()) return seq.status();
@@ -375,14 +354,14 @@ class SequenceServiceImpl::StreamReactor
     service_->CallStarted();  // streams on existing sequences are served while draining
     if (grpc::Status admitted = service_->gate_->Admit(*context, nullptr, &owner_);
         !admitted.ok()) {
-      Finish(admitted);
+      End(admitted);
       return;
     }
     StartRead(&request_);
   }
   void OnReadDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status::OK);  // the client closed its side
+      End(grpc::Status::OK);  // the client closed its side
       return;
     }
     result_.Clear();
@@ -415,7 +394,7 @@ class SequenceServiceImpl::StreamReactor
   void OnCancel() override { service_->steps_->Notify(); }
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
       return;
     }
     StartRead(&request_);
@@ -426,6 +405,12 @@ class SequenceServiceImpl::StreamReactor
   }
 
  private:
+  /// Finishes the stream and counts it (one ExtendStream observation per stream).
+  void End(const grpc::Status &st) {
+    Finish(st);
+    service_->Observe(metrics::Method::kExtendStream, static_cast<StatusCode>(st.error_code()),
+                      start_);
+  }
   void SetResult(const Status &s) {
     if (s.ok()) return;
     result_.clear_response();
@@ -435,6 +420,7 @@ class SequenceServiceImpl::StreamReactor
 
   SequenceServiceImpl *service_;
   grpc::CallbackServerContext *const context_;
+  const Clock::time_point start_ = Clock::now();
   std::string owner_;  // set once in the constructor
   pb::ExtendRequest request_;
   pb::ExtendResult result_;

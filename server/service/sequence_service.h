@@ -12,7 +12,8 @@
 // order, one ExtendResult each. Compute runs on the CPU path
 // (CpuPagedAttention) in every build for now; the GPU paged kernels plug in
 // through PagedAttentionBackend. While draining, new sequences (CreateSequence,
-// ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served. Thread-safety: all methods are safe from any thread.
+// ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served.
+// Thread-safety: all methods are safe from any thread.
 #pragma once
 
 #include <atomic>
@@ -28,6 +29,7 @@
 #include "config/server_config.h"
 #include "kv_cache/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
+#include "metrics/metrics.h"
 #include "security/call_gate.h"
 #include "service/worker_pool.h"
 
@@ -69,6 +71,9 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   /// Authentication and request limits every call passes first (not owned;
   /// default: security::OpenGate()). Set before serving.
   void SetCallGate(const security::CallGate *gate) { gate_ = gate; }
+  /// Counts every finished call in attn_requests_total / attn_request_duration_seconds
+  /// (backend="none"); not owned, may be null. Set before serving.
+  void SetMetrics(metrics::Metrics *metrics) { metrics_ = metrics; }
   /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
   /// sequences (and new ExtendStreams) are still served.
   void StartDraining() { draining_.store(true); }
@@ -85,15 +90,14 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   /// The step batcher (for tests and shutdown).
   StepBatcher *step_batcher() { return steps_.get(); }
 
-  /// Runs one Extend for `owner` into `response` (shared by Extend,
-  /// ExtendBatch, ExtendStream).
-  Status RunExtend(const std::string &owner, const attention::v1::ExtendRequest &request,
-                   attention::v1::ExtendResponse *response);
-
  private:
   class StreamReactor;
   template <typename Fn>
-  grpc::ServerUnaryReactor *Submit(grpc::CallbackServerContext *context, Fn fn);
+  grpc::ServerUnaryReactor *Submit(grpc::CallbackServerContext *context, metrics::Method method,
+                                   Fn fn);
+  /// Records one finished call of `method` that started at `start` (no-op without metrics).
+  void Observe(metrics::Method method, StatusCode code,
+               std::chrono::steady_clock::time_point start) const;
   void CallStarted() { in_flight_.fetch_add(1); }
   /// Finishes a CreateSequence/ForkSequence with UNAVAILABLE (draining).
   grpc::ServerUnaryReactor *RefuseNewSequence(grpc::CallbackServerContext *context);
@@ -103,6 +107,7 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   PagedAttentionBackend *const backend_;
   WorkerPool *const workers_;
   const security::CallGate *gate_ = &security::OpenGate();
+  metrics::Metrics *metrics_ = nullptr;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;

@@ -190,7 +190,8 @@ std::vector<std::string> CreateSequences(World& w, const pb::CreateSequenceReque
   return ids;
 }
 
-/// Validates and runs one Extend as SequenceServiceImpl::RunExtend does.
+/// Validates and runs one Extend as the service's step batcher does (ValidateExtend, then
+/// ExtendStep).
 Status RunExtend(World& w, const pb::ExtendRequest& r, attn::ExtendOutcome* out) {
   auto args = attn::ValidateExtend(r);
   if (!args.ok()) return args.status();

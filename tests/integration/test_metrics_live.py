@@ -22,6 +22,7 @@ import pytest
 import metrics_testlib as lib
 
 CALLS = 12
+SESSIONS = 2
 DASHBOARD = os.path.join(lib.ROOT, "deploy", "grafana", "attention-server.json")
 # Families exported only once a component registers (the KV cache): HELP/TYPE without samples.
 OPTIONAL_SAMPLES = {"attn_kv_capacity_pages", "attn_kv_used_pages", "attn_kv_sequences"}
@@ -39,6 +40,11 @@ def served():
         report = lib.run_loadgen(server.target, "--workload", "fixed", "--fixed-tokens", "48",
                                  "--requests", str(CALLS), "--concurrency", "2",
                                  "--fail-on-error")
+        # SequenceService calls are counted too (backend="none"): two generation sessions.
+        lib.run_loadgen(server.target, "--workload", "session", "--decode-api", "stream",
+                        "--requests", str(SESSIONS), "--concurrency", "1", "--layers", "1",
+                        "--heads", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "fp32",
+                        "--fixed-tokens", "8", "--max-gen", "3", "--fail-on-error")
         with grpc.insecure_channel(server.target) as ch:
             attend = ch.unary_unary("/attention.v1.AttentionService/Attend",
                                     request_serializer=_identity,
@@ -85,6 +91,12 @@ def test_counts_match_what_was_sent(served):
     assert v("attn_requests_total", method="Attend", backend="none",
              code="INVALID_ARGUMENT") == 1
     assert v("attn_requests_total", method="GetServerInfo", code="OK") == 1
+    for method in ("CreateSequence", "ReleaseSequence"):
+        assert v("attn_requests_total", method=method, backend="none", code="OK") == SESSIONS
+    assert v("attn_requests_total", method="Extend", backend="none", code="OK") >= SESSIONS
+    assert v("attn_requests_total", method="ExtendStream", backend="none", code="OK") >= 1
+    assert v("attn_request_duration_seconds_count", method="CreateSequence", backend="none",
+             code="OK") == SESSIONS
     for phase in ("decode", "queue", "host_to_device", "kernel", "device_to_host", "encode"):
         assert v("attn_phase_duration_seconds_count", backend="cpu", phase=phase) == CALLS
     # One observation per launch; concurrent calls may share a launch (dynamic batching), so

@@ -171,6 +171,9 @@ TEST(MetricsNaming, LabelValueNames) {
   EXPECT_STREQ(PhaseName(Phase::kDeviceToHost), "device_to_host");
   EXPECT_STREQ(MethodName(Method::kAttend), "Attend");
   EXPECT_STREQ(MethodName(Method::kGetServerInfo), "GetServerInfo");
+  EXPECT_STREQ(MethodName(Method::kGetLoad), "GetLoad");
+  EXPECT_STREQ(MethodName(Method::kExtendStream), "ExtendStream");
+  EXPECT_STREQ(MethodName(Method::kGetSequence), "GetSequence");
 }
 
 TEST(MetricsNaming, CommonChildrenExistAtZeroFromStart) {
