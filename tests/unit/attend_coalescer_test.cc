@@ -165,9 +165,11 @@ TEST(AttendCoalescer, BatchedEqualsAloneBitwiseForRandomCompositions) {
         packed->Scatter(i, v, batched.o.data(), v.shape.return_lse ? batched.lse.data() : nullptr);
         ASSERT_EQ(batched.o, alone.o) << "part " << i << " of " << validated.size();
         ASSERT_EQ(batched.lse.size(), alone.lse.size());
-        EXPECT_EQ(0, std::memcmp(batched.lse.data(), alone.lse.data(),
-                                 batched.lse.size() * sizeof(float)))
-            << "lse of part " << i;
+        if (!batched.lse.empty()) {  // memcmp of two null pointers is undefined
+          EXPECT_EQ(0, std::memcmp(batched.lse.data(), alone.lse.data(),
+                                   batched.lse.size() * sizeof(float)))
+              << "lse of part " << i;
+        }
         ++checked;
       }
     }
