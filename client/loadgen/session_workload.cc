@@ -201,16 +201,20 @@ uint64_t MooncakeTokenKey(uint64_t seed, const MooncakeRequest& request, double 
              static_cast<uint64_t>(position));
 }
 
-LatencySummary Summarize(const HdrHistogram& us) {
+/// Summary of `h` with every value multiplied by `scale`.
+LatencySummary SummarizeScaled(const HdrHistogram& h, double scale) {
   LatencySummary s;
-  s.count = us.count();
-  s.mean = us.mean() / 1000.0;
-  s.p50 = us.Percentile(50) / 1000.0;
-  s.p90 = us.Percentile(90) / 1000.0;
-  s.p99 = us.Percentile(99) / 1000.0;
-  s.max = static_cast<double>(us.max()) / 1000.0;
+  s.count = h.count();
+  s.mean = h.mean() * scale;
+  s.p50 = h.Percentile(50) * scale;
+  s.p90 = h.Percentile(90) * scale;
+  s.p99 = h.Percentile(99) * scale;
+  s.max = static_cast<double>(h.max()) * scale;
   return s;
 }
+
+/// µs recorded, ms reported.
+LatencySummary Summarize(const HdrHistogram& us) { return SummarizeScaled(us, 1e-3); }
 
 // ---------------------------------------------------------------- running
 
@@ -295,6 +299,8 @@ Comparison VerifyExtend(const Shape& s, int layer, int64_t position, int64_t t, 
 struct Stats {
   int64_t sessions = 0, sessions_ok = 0, prefill_tokens = 0, decode_steps = 0;
   HdrHistogram prefill_us, step_us, message_us;
+  // From each OK step's ExecutionReport: steps in the server launch it ran in, queue time.
+  HdrHistogram server_batch, server_queue_us;
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0, mismatches = 0;
@@ -315,6 +321,10 @@ struct Stats {
       if (first_mismatch.empty()) first_mismatch = where + ": " + c.detail;
     }
   }
+  void Server(const av1::ExtendResponse& r) {
+    server_batch.Record(std::max<int64_t>(r.report().batch_size(), 0));
+    server_queue_us.Record(std::max<int64_t>(r.report().times().queue_us(), 0));
+  }
   void Merge(const Stats& o) {
     sessions += o.sessions;
     sessions_ok += o.sessions_ok;
@@ -323,6 +333,8 @@ struct Stats {
     prefill_us.Merge(o.prefill_us);
     step_us.Merge(o.step_us);
     message_us.Merge(o.message_us);
+    server_batch.Merge(o.server_batch);
+    server_queue_us.Merge(o.server_queue_us);
     for (const auto& [k, v] : o.errors) errors[k] += v;
     for (const auto& [k, v] : o.first_messages) first_messages.emplace(k, v);
     verified += o.verified;
@@ -386,6 +398,8 @@ class SessionRunner {
     r.prefill_ms = Summarize(all.prefill_us);
     r.step_ms = Summarize(all.step_us);
     r.message_ms = Summarize(all.message_us);
+    r.server_batch_size = SummarizeScaled(all.server_batch, 1.0);
+    r.server_queue_ms = Summarize(all.server_queue_us);
     r.errors = all.errors;
     r.first_messages = all.first_messages;
     r.verified = all.verified;
@@ -481,6 +495,7 @@ class SessionRunner {
       st->Error(status.error_code(), "Extend", status.error_message());
       return false;
     }
+    st->Server(resp);
     if (s->verify) {
       st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp),
                 "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
@@ -537,6 +552,7 @@ class SessionRunner {
           ok = false;
           break;
         }
+        st->Server(result.response());
         if (s->verify) {
           st->Check(VerifyExtend(shape_, layer, position, 1, s->key, result.response()),
                     "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
@@ -653,6 +669,7 @@ class SessionRunner {
               st->Error(static_cast<grpc::StatusCode>(r.code()), "ExtendBatch", r.message());
               continue;
             }
+            st->Server(r.response());
             if (s->verify) {
               const int64_t position = DecodePosition(s->plan, step);
               st->Check(VerifyExtend(shape_, layer, position, 1, s->key, r.response()),
@@ -785,6 +802,13 @@ std::string FormatSessionReport(const SessionReport& r) {
       << " steps/s)\n";
   out << LatencyLine("prefill latency", r.prefill_ms) << LatencyLine("decode step latency", r.step_ms);
   if (r.message_ms.count > 0) out << LatencyLine("stream message latency", r.message_ms);
+  if (r.server_batch_size.count > 0) {
+    out << "server batch size      mean " << Fmt(r.server_batch_size.mean, 2) << "  p50 "
+        << Fmt(r.server_batch_size.p50, 0) << "  p99 " << Fmt(r.server_batch_size.p99, 0)
+        << "  max " << Fmt(r.server_batch_size.max, 0)
+        << " (sequence steps per launch, from ExecutionReport)\n";
+    out << LatencyLine("server queue time", r.server_queue_ms);
+  }
   if (r.workload.rfind("mooncake", 0) == 0) {
     out << "forks                  " << r.forks << " (" << r.tokens_saved
         << " tokens per layer shared, " << r.prefix_evictions << " prefix-cache evictions)\n";
@@ -823,6 +847,8 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["prefill_latency_ms"] = LatencyJson(r.prefill_ms);
   j["decode_step_latency_ms"] = LatencyJson(r.step_ms);
   j["stream_message_latency_ms"] = LatencyJson(r.message_ms);
+  j["server_batch_size"] = LatencyJson(r.server_batch_size);
+  j["server_queue_ms"] = LatencyJson(r.server_queue_ms);
   j["errors"] = r.errors;
   j["first_error_messages"] = r.first_messages;
   j["verified"] = r.verified;

@@ -156,6 +156,8 @@ struct SessionReport {
   LatencySummary prefill_ms;  // CreateSequence/ForkSequence start -> last layer's prefill done
   LatencySummary step_ms;     // one decode step through every layer
   LatencySummary message_ms;  // stream: write of a request -> read of its result
+  LatencySummary server_batch_size;  // ExecutionReport.batch_size of OK steps (not ms)
+  LatencySummary server_queue_ms;    // ExecutionReport.times.queue_us of OK steps
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0;  // outputs checked against the oracle

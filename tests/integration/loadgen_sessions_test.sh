@@ -26,6 +26,9 @@ assert j["sessions"] == 6 and j["sessions_ok"] == 6, j
 assert not j["errors"] and j["mismatches"] == 0 and j["verified"] > 0, j
 assert j["decode_steps"] > 0 and j["decode_step_latency_ms"]["count"] == j["decode_steps"], j
 assert j["kv_pages_used_after"] == 0, j
+# Every OK step's ExecutionReport is summarised: batch size >= 1 for each step.
+assert j["server_batch_size"]["count"] >= j["decode_steps"] > 0, j
+assert j["server_batch_size"]["p50"] >= 1 and j["server_queue_ms"]["count"] > 0, j
 if j["decode_api"] == "stream":
     assert j["stream_message_latency_ms"]["count"] == 2 * j["decode_steps"], j
 PY
