@@ -48,7 +48,8 @@ for mode in ("on", "off"):
     res[mode] = {"decode_steps": j.get("decode_steps"), "wall_s": j.get("wall_s"),
                  "steps_per_s_wall": j.get("decode_steps_per_s"),
                  "steps_per_s_decode": streams / (mean / 1e3) if mean else None,
-                 "step_ms": step, "batch_size": j.get("batch_size"),
+                 "step_ms": step, "server_batch_size": j.get("server_batch_size"),
+                 "server_queue_ms": j.get("server_queue_ms"),
                  "mismatches": j.get("mismatches"), "errors": j.get("errors")}
 if "on" in res and "off" in res:
     for k in ("steps_per_s_wall", "steps_per_s_decode"):
