@@ -57,6 +57,17 @@ Status GpuPagedAttention::Check(cudaError_t err, const char *what) {
   return Internal("CUDA error in GPU paged attention, " + fault_);
 }
 
+Status GpuPagedAttention::LaunchFailed(const Status &s) {
+  // A rejected launch (INVALID_ARGUMENT) leaves the device healthy: wait for the copies already
+  // enqueued so the caller's buffers can go back; INTERNAL is a device fault.
+  (void)cudaStreamSynchronize(stream_);
+  if (s.code() == StatusCode::kInternal) {
+    faulted_ = true;
+    fault_ = s.message();
+  }
+  return s;
+}
+
 Status GpuPagedAttention::ReservePinned(uint64_t bytes) {
   if (bytes <= pinned_bytes_) return Status::Ok();
   uint64_t want = std::max<uint64_t>(pinned_bytes_ * 2, 1u << 20);
@@ -205,15 +216,7 @@ Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n) {
     rows.saturations = reinterpret_cast<unsigned long long *>(d + at_sat) + l;
     if (fp8 && items[first].tokens == 0) continue;
     Status s = kernels::PagedAppendRun(pool, batch, rows, stream_);
-    if (!s.ok()) {
-      // A rejected launch (INVALID_ARGUMENT) leaves the device healthy; wait for the copy.
-      (void)cudaStreamSynchronize(stream_);
-      if (s.code() == StatusCode::kInternal) {
-        faulted_ = true;
-        fault_ = s.message();
-      }
-      return s;
-    }
+    if (!s.ok()) return LaunchFailed(s);
   }
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_sat, d + at_sat,
                                              static_cast<size_t>(launches) * 8,
@@ -368,14 +371,7 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   dq.o = d + at_o;
   Status s = kernels::PagedDecodeRun(*plan, pool, batch, dq,
                                      plan->workspace_bytes > 0 ? d + at_ws : nullptr, stream_);
-  if (!s.ok()) {
-    (void)cudaStreamSynchronize(stream_);
-    if (s.code() == StatusCode::kInternal) {
-      faulted_ = true;
-      fault_ = s.message();
-    }
-    return s;
-  }
+  if (!s.ok()) return LaunchFailed(s);
   // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_q, d + at_o, qo_bytes, cudaMemcpyDeviceToHost,
                                              stream_),

@@ -62,6 +62,9 @@ class GpuPagedAttention final : public PagedAttentionBackend {
  private:
   GpuPagedAttention(int device, DevicePool *pool) : device_(device), pool_(pool) {}
   Status Check(cudaError_t err, const char *what);
+  /// Handles a kernel launch that returned `s` (not ok): waits for the stream, marks the object
+  /// faulted on INTERNAL, returns `s`. Called with mu_ held.
+  Status LaunchFailed(const Status &s);
   /// Makes the pinned staging buffer at least `bytes` long.
   Status ReservePinned(uint64_t bytes);
 

@@ -18,15 +18,13 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
   auto kv = std::make_unique<KvRuntime>();
   const bool have_gpu = backends.gpu != nullptr;
   if (config.kv_device == "gpu" && !have_gpu) {
-    return InvalidArgument("--kv-device=gpu: no GPU is available to this server (" +
-                           std::string(
 #if defined(ATTN_HAVE_CUDA)
-                               "no CUDA device opened"
+    const char *why = "no CUDA device opened";
 #else
-                               "built without CUDA"
+    const char *why = "built without CUDA";
 #endif
-                               ) +
-                           ")");
+    return InvalidArgument(std::string("--kv-device=gpu: no GPU is available to this server (") +
+                           why + ")");
   }
   kv->device = (config.kv_device == "cpu" || !have_gpu) ? "cpu" : "gpu";
 #if defined(ATTN_HAVE_CUDA)

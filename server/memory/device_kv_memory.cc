@@ -23,31 +23,6 @@ StatusOr<std::unique_ptr<DeviceKvMemory>> DeviceKvMemory::Create(DevicePool *poo
   return std::unique_ptr<DeviceKvMemory>(new DeviceKvMemory(std::move(*block), alignment));
 }
 
-StatusOr<uint64_t> DeviceKvMemory::Allocate(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.Allocate(bytes);
-}
-
-void DeviceKvMemory::Free(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  allocator_.Free(offset);
-}
-
-uint64_t DeviceKvMemory::capacity() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.capacity();
-}
-
-uint64_t DeviceKvMemory::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.used();
-}
-
-uint64_t DeviceKvMemory::largest_free() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.largest_free();
-}
-
 void DeviceKvMemory::Poison(char *ptr, uint64_t bytes) {
   if (cudaMemset(ptr, 0xff, bytes) == cudaSuccess) (void)cudaDeviceSynchronize();
 }

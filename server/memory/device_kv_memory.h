@@ -5,12 +5,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
 #include "attn/kernels/status.h"
 #include "memory/device_pool.h"
 #include "memory/kv_memory.h"
-#include "memory/range_allocator.h"
 
 namespace attn {
 
@@ -22,22 +20,15 @@ class DeviceKvMemory final : public KvMemory {
                                                           uint64_t alignment = 256);
 
   char *base() const override { return static_cast<char *>(block_.data()); }
-  StatusOr<uint64_t> Allocate(uint64_t bytes) override;
-  void Free(uint64_t offset) override;
-  uint64_t capacity() const override;
-  uint64_t used() const override;
-  uint64_t largest_free() const override;
   bool on_device() const override { return true; }
   /// cudaMemset to 0xFF and wait for it (debug only).
   void Poison(char *ptr, uint64_t bytes) override;
 
  private:
   DeviceKvMemory(DeviceAllocation block, uint64_t alignment)
-      : block_(std::move(block)), allocator_(block_.bytes(), alignment) {}
+      : KvMemory(block.bytes(), alignment), block_(std::move(block)) {}
 
   DeviceAllocation block_;
-  mutable std::mutex mu_;
-  RangeAllocator allocator_;
 };
 
 }  // namespace attn

@@ -22,31 +22,6 @@ StatusOr<std::unique_ptr<HostPool>> HostPool::Create(int64_t bytes, uint64_t ali
 
 HostPool::~HostPool() { munmap(base_, mapped_); }
 
-StatusOr<uint64_t> HostPool::Allocate(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.Allocate(bytes);
-}
-
-void HostPool::Free(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  allocator_.Free(offset);
-}
-
-uint64_t HostPool::capacity() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.capacity();
-}
-
-uint64_t HostPool::used() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.used();
-}
-
-uint64_t HostPool::largest_free() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocator_.largest_free();
-}
-
 void HostPool::Poison(char *ptr, uint64_t bytes) { std::memset(ptr, 0xff, bytes); }
 
 }  // namespace attn

@@ -7,11 +7,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
 #include "attn/kernels/status.h"
 #include "memory/kv_memory.h"
-#include "memory/range_allocator.h"
 
 namespace attn {
 
@@ -22,30 +20,18 @@ class HostPool final : public KvMemory {
   /// the mapping fails.
   static StatusOr<std::unique_ptr<HostPool>> Create(int64_t bytes, uint64_t alignment = 256);
   ~HostPool() override;
-  HostPool(const HostPool &) = delete;
-  HostPool &operator=(const HostPool &) = delete;
 
   /// Start of the pool; offsets from Allocate are relative to it.
   char *base() const override { return base_; }
-  /// Reserves `bytes` and returns its offset; RESOURCE_EXHAUSTED with the
-  /// numbers when full.
-  StatusOr<uint64_t> Allocate(uint64_t bytes) override;
-  /// Returns a block obtained from Allocate (unknown offsets are ignored).
-  void Free(uint64_t offset) override;
-  uint64_t capacity() const override;
-  uint64_t used() const override;
-  uint64_t largest_free() const override;
   bool on_device() const override { return false; }
   void Poison(char *ptr, uint64_t bytes) override;
 
  private:
   HostPool(char *base, uint64_t bytes, uint64_t mapped, uint64_t alignment)
-      : base_(base), mapped_(mapped), allocator_(bytes, alignment) {}
+      : KvMemory(bytes, alignment), base_(base), mapped_(mapped) {}
 
   char *base_;
   uint64_t mapped_;
-  mutable std::mutex mu_;
-  RangeAllocator allocator_;
 };
 
 }  // namespace attn
