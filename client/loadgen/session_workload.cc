@@ -301,6 +301,9 @@ struct Stats {
   HdrHistogram prefill_us, step_us, message_us;
   // From each OK step's ExecutionReport: steps in the server launch it ran in, queue time.
   HdrHistogram server_batch, server_queue_us;
+  // Batched steps: the batch's wall time, its kernels' device time and the difference (the
+  // server's own time per batched step), PhaseTimes.batch_us / batch_kernel_us.
+  HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us;
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0, mismatches = 0;
@@ -324,6 +327,12 @@ struct Stats {
   void Server(const av1::ExtendResponse& r) {
     server_batch.Record(std::max<int64_t>(r.report().batch_size(), 0));
     server_queue_us.Record(std::max<int64_t>(r.report().times().queue_us(), 0));
+    const auto& t = r.report().times();
+    if (t.batch_us() > 0) {
+      server_batch_us.Record(t.batch_us());
+      server_batch_kernel_us.Record(std::max<int64_t>(t.batch_kernel_us(), 0));
+      server_overhead_us.Record(std::max<int64_t>(t.batch_us() - t.batch_kernel_us(), 0));
+    }
   }
   void Merge(const Stats& o) {
     sessions += o.sessions;
@@ -335,6 +344,9 @@ struct Stats {
     message_us.Merge(o.message_us);
     server_batch.Merge(o.server_batch);
     server_queue_us.Merge(o.server_queue_us);
+    server_batch_us.Merge(o.server_batch_us);
+    server_batch_kernel_us.Merge(o.server_batch_kernel_us);
+    server_overhead_us.Merge(o.server_overhead_us);
     for (const auto& [k, v] : o.errors) errors[k] += v;
     for (const auto& [k, v] : o.first_messages) first_messages.emplace(k, v);
     verified += o.verified;
@@ -400,6 +412,9 @@ class SessionRunner {
     r.message_ms = Summarize(all.message_us);
     r.server_batch_size = SummarizeScaled(all.server_batch, 1.0);
     r.server_queue_ms = Summarize(all.server_queue_us);
+    r.server_batch_ms = Summarize(all.server_batch_us);
+    r.server_batch_kernel_ms = Summarize(all.server_batch_kernel_us);
+    r.server_overhead_ms = Summarize(all.server_overhead_us);
     r.errors = all.errors;
     r.first_messages = all.first_messages;
     r.verified = all.verified;
@@ -809,6 +824,11 @@ std::string FormatSessionReport(const SessionReport& r) {
         << " (sequence steps per launch, from ExecutionReport)\n";
     out << LatencyLine("server queue time", r.server_queue_ms);
   }
+  if (r.server_batch_ms.count > 0) {
+    out << LatencyLine("server batch wall", r.server_batch_ms)
+        << LatencyLine("server batch kernels", r.server_batch_kernel_ms)
+        << LatencyLine("server own time/batch", r.server_overhead_ms);
+  }
   if (r.workload.rfind("mooncake", 0) == 0) {
     out << "forks                  " << r.forks << " (" << r.tokens_saved
         << " tokens per layer shared, " << r.prefix_evictions << " prefix-cache evictions)\n";
@@ -849,6 +869,9 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["stream_message_latency_ms"] = LatencyJson(r.message_ms);
   j["server_batch_size"] = LatencyJson(r.server_batch_size);
   j["server_queue_ms"] = LatencyJson(r.server_queue_ms);
+  j["server_batch_ms"] = LatencyJson(r.server_batch_ms);
+  j["server_batch_kernel_ms"] = LatencyJson(r.server_batch_kernel_ms);
+  j["server_overhead_ms"] = LatencyJson(r.server_overhead_ms);
   j["errors"] = r.errors;
   j["first_error_messages"] = r.first_messages;
   j["verified"] = r.verified;

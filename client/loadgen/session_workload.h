@@ -158,6 +158,12 @@ struct SessionReport {
   LatencySummary message_ms;  // stream: write of a request -> read of its result
   LatencySummary server_batch_size;  // ExecutionReport.batch_size of OK steps (not ms)
   LatencySummary server_queue_ms;    // ExecutionReport.times.queue_us of OK steps
+  // Per OK batched step (PhaseTimes.batch_us / batch_kernel_us): the wall time of the server
+  // batch it ran in, that batch's device kernel time, and wall minus kernels (the server's own
+  // time per batched step: staging, copies, locking, bookkeeping).
+  LatencySummary server_batch_ms;
+  LatencySummary server_batch_kernel_ms;
+  LatencySummary server_overhead_ms;
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0;  // outputs checked against the oracle

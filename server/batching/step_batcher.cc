@@ -83,7 +83,9 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     s.o = it->req.response->mutable_o()->mutable_data();
     s.outcome = &outcomes[i];
   }
-  RunExtendSteps(store_, backend_, steps.data(), steps.size());
+  LaunchTimes total;
+  RunExtendSteps(store_, backend_, steps.data(), steps.size(), &total);
+  const int64_t batch_us = Us(started, Clock::now());
   for (size_t i = 0; i < items.size(); ++i) {
     StepItem* it = items[i];
     const BatchedExtend& s = steps[i];
@@ -116,11 +118,15 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     t->set_decode_us(std::max<int64_t>(0, Us(it->req.received, it->queued_at)));
     t->set_queue_us(std::max<int64_t>(0, it->dequeued_us - it->enqueued_us));
     t->set_kernel_us(out.kernel_us);
+    t->set_host_to_device_us(out.h2d_us);
+    t->set_device_to_host_us(out.d2h_us);
+    t->set_batch_us(batch_us);
+    t->set_batch_kernel_us(total.kernel_ns / 1000);
     t->set_total_us(Us(it->req.received, Clock::now()));
     it->req.done(Status::Ok(), true);
   }
-  spdlog::trace("sequence steps: batch of {} ran in {} us", items.size(),
-                Us(started, Clock::now()));
+  spdlog::trace("sequence steps: batch of {} ran in {} us ({} us in kernels)", items.size(),
+                batch_us, total.kernel_ns / 1000);
 }
 
 }  // namespace attn

@@ -23,7 +23,7 @@ GroupKey KeyOf(const PreparedExtend &p) {
 }  // namespace
 
 void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExtend *steps,
-                    size_t n) {
+                    size_t n, LaunchTimes *total) {
   if (n == 0) return;
   // Lock order: sequence id. A second step on a sequence already in this batch waits for the
   // batch to finish (it would otherwise wait on a lock this thread holds).
@@ -62,8 +62,10 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
       tokens += prep[i]->attend.query.tokens;
     }
     // Appends first: each step's attention reads its own new keys.
-    Status s = backend->AppendBatch(appends.data(), appends.size());
-    if (s.ok()) s = backend->AttendBatch(attends.data(), attends.size());
+    LaunchTimes times;
+    Status s = backend->AppendBatch(appends.data(), appends.size(), &times);
+    if (s.ok()) s = backend->AttendBatch(attends.data(), attends.size(), &times);
+    if (total != nullptr) *total += times;
     for (size_t m = 0; m < members.size(); ++m) {
       BatchedExtend &step = steps[members[m]];
       PreparedExtend &p = *prep[members[m]];
@@ -73,13 +75,13 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
         continue;
       }
       p.append.saturations = appends[m].saturations;
-      CommitExtend(store, &p, *step.o, step.outcome);
+      CommitExtend(store, &p, *step.o, times, step.outcome);
       step.launch_size = static_cast<int64_t>(members.size());
       step.launch_tokens = tokens;
     }
   }
   prep.clear();  // unlocks replays and failed steps' sequences (none are held on error)
-  for (size_t i : later) RunExtendSteps(store, backend, &steps[i], 1);
+  for (size_t i : later) RunExtendSteps(store, backend, &steps[i], 1, total);
 }
 
 }  // namespace attn

@@ -35,8 +35,9 @@ struct BatchedExtend {
   int64_t launch_tokens = 0;  ///< out: query tokens of that launch
 };
 
-/// Runs `steps[0..n)`; every step gets its own status (errors as ExtendStep).
+/// Runs `steps[0..n)`; every step gets its own status (errors as ExtendStep). `total` (may be
+/// null) gets the time of every launch this call made added (LaunchTimes).
 void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExtend *steps,
-                    size_t n);
+                    size_t n, LaunchTimes *total = nullptr);
 
 }  // namespace attn

@@ -142,7 +142,6 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
   }
   pages.insert(pages.end(), fresh.begin(), fresh.end());
 
-  const auto t0 = std::chrono::steady_clock::now();
   const kernels::PagedKvPool &view = seq->sub->view();
   size_t next = 0;
   if (cow) {
@@ -170,7 +169,6 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
   step->digest = digest;
   step->k_scales = std::move(k_scales);
   step->v_scales = std::move(v_scales);
-  step->started = t0;
   PagedLayerView lv;
   lv.pool = view;
   lv.block_table = L.table.pages().data();
@@ -193,7 +191,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
 }
 
 void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,
-                  ExtendOutcome *out) {
+                  const LaunchTimes &times, ExtendOutcome *out) {
   Sequence *seq = step->locked.seq.get();
   LayerState &L = seq->layers[static_cast<size_t>(step->layer)];
   const bool fp8 = seq->config.kv_dtype == DType::kFloat8E4M3;
@@ -211,9 +209,9 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
   L.last.o = o;
   out->length = L.table.length();
   out->kv_len = L.table.length();
-  out->kernel_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::steady_clock::now() - step->started)
-                       .count();
+  out->kernel_us = times.kernel_ns / 1000;
+  out->h2d_us = times.h2d_ns / 1000;
+  out->d2h_us = times.d2h_ns / 1000;
   step->locked.lock.unlock();
   step->locked.seq.reset();
 }
@@ -237,13 +235,14 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
   PreparedExtend step;
   ATTN_RETURN_IF_ERROR(PrepareExtend(store, backend, owner, a, o, out, &step));
   if (step.replayed) return Status::Ok();
-  Status s = backend->AppendBatch(&step.append, 1);
-  if (s.ok()) s = backend->AttendBatch(&step.attend, 1);
+  LaunchTimes times;
+  Status s = backend->AppendBatch(&step.append, 1, &times);
+  if (s.ok()) s = backend->AttendBatch(&step.attend, 1, &times);
   if (!s.ok()) {
     AbortExtend(store, &step, o);
     return s;
   }
-  CommitExtend(store, &step, *o, out);
+  CommitExtend(store, &step, *o, times, out);
   return Status::Ok();
 }
 

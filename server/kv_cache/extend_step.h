@@ -39,7 +39,12 @@ struct ExtendOutcome {
   int64_t length = 0;  ///< layer length after the step
   bool replayed = false;
   int64_t kv_len = 0;     ///< keys attended
-  int64_t kernel_us = 0;  ///< append + attend time
+  /// Device time of the launches the step ran in (append + attention kernels; a batched
+  /// step reports its whole launch group's), and of their host->device / device->host copies,
+  /// in µs (LaunchTimes; host wall time of the computation on the CPU path). 0 for replays.
+  int64_t kernel_us = 0;
+  int64_t h2d_us = 0;
+  int64_t d2h_us = 0;
   int32_t num_heads = 0;
   int32_t head_dim = 0;
   kernels::DType dtype = kernels::DType::kFloat32;
@@ -65,7 +70,6 @@ struct PreparedExtend {
   int64_t from_spare = 0;  ///< pages taken from the layer's reserve (given back on abort)
   uint64_t digest = 0;
   std::vector<float> k_scales, v_scales;  ///< FP8 scales in use (derived on first prefill)
-  std::chrono::steady_clock::time_point started;
 };
 
 /// Locks the sequence, checks `args` (layer, dtypes, shapes, position), answers an exact
@@ -76,9 +80,9 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
                      const std::string &owner, const ExtendArgs &args, std::string *o,
                      ExtendOutcome *outcome, PreparedExtend *step);
 /// After the append and attend ran: records the step (last step for replays, FP8 scales,
-/// saturations), fills `outcome` and unlocks the sequence.
+/// saturations), fills `outcome` (with `times`, the launches' times) and unlocks the sequence.
 void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,
-                  ExtendOutcome *outcome);
+                  const LaunchTimes &times, ExtendOutcome *outcome);
 /// After a failed append or attend: the layer keeps its old length, the new pages go back
 /// (reserved ones to the reserve), `o` is cleared, and the sequence is unlocked.
 void AbortExtend(SequenceStore *store, PreparedExtend *step, std::string *o);

@@ -37,6 +37,14 @@ StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int devic
     return Internal("GPU paged attention: cannot create a stream on device " +
                     std::to_string(device));
   }
+  for (cudaEvent_t &e : g->events_) {
+    if (cudaEventCreate(&e) != cudaSuccess) {
+      (void)cudaGetLastError();
+      e = nullptr;
+      return Internal("GPU paged attention: cannot create a timing event on device " +
+                      std::to_string(device));
+    }
+  }
   ATTN_RETURN_IF_ERROR(g->ReservePinned(4u << 20));
   return g;
 }
@@ -45,6 +53,9 @@ GpuPagedAttention::~GpuPagedAttention() {
   if (stream_ != nullptr) {
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
+  }
+  for (cudaEvent_t e : events_) {
+    if (e != nullptr) (void)cudaEventDestroy(e);
   }
   if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
 }
@@ -66,6 +77,24 @@ Status GpuPagedAttention::LaunchFailed(const Status &s) {
     fault_ = s.message();
   }
   return s;
+}
+
+Status GpuPagedAttention::Mark(int i) {
+  return Check(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
+}
+
+void GpuPagedAttention::AddEventTimes(LaunchTimes *times) {
+  if (times == nullptr) return;
+  float ms[3] = {0.f, 0.f, 0.f};
+  for (int i = 0; i < 3; ++i) {
+    if (cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]) != cudaSuccess) {
+      (void)cudaGetLastError();  // timing only: never fails the call
+      ms[i] = 0.f;
+    }
+  }
+  times->h2d_ns += static_cast<int64_t>(ms[0] * 1e6);
+  times->kernel_ns += static_cast<int64_t>(ms[1] * 1e6);
+  times->d2h_ns += static_cast<int64_t>(ms[2] * 1e6);
 }
 
 Status GpuPagedAttention::ReservePinned(uint64_t bytes) {
@@ -122,12 +151,12 @@ Status GpuPagedAttention::Append(const PagedLayerView &layer, int64_t start, int
   item.k = k;
   item.v = v;
   item.src_dtype = src_dtype;
-  ATTN_RETURN_IF_ERROR(AppendBatch(&item, 1));
+  ATTN_RETURN_IF_ERROR(AppendBatch(&item, 1, nullptr));
   if (saturations != nullptr) *saturations += item.saturations;
   return Status::Ok();
 }
 
-Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n) {
+Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) {
   if (n == 0) return Status::Ok();
   const kernels::PagedKvPool &pool = items[0].layer.pool;
   const DType src = items[0].src_dtype;
@@ -194,8 +223,10 @@ Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n) {
   std::memset(h + at_sat, 0, static_cast<size_t>(launches) * 8);
 
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+  ATTN_RETURN_IF_ERROR(Mark(0));
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(d, h, seg.total, cudaMemcpyHostToDevice, stream_),
                              "cudaMemcpyAsync H2D (append)"));
+  ATTN_RETURN_IF_ERROR(Mark(1));
   for (int64_t l = 0; l < launches; ++l) {
     // Launch l covers items [first, first + count).
     const int64_t first = fp8 ? l : 0, count = fp8 ? 1 : B;
@@ -218,11 +249,14 @@ Status GpuPagedAttention::AppendBatch(PagedAppendItem *items, size_t n) {
     Status s = kernels::PagedAppendRun(pool, batch, rows, stream_);
     if (!s.ok()) return LaunchFailed(s);
   }
+  ATTN_RETURN_IF_ERROR(Mark(2));
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_sat, d + at_sat,
                                              static_cast<size_t>(launches) * 8,
                                              cudaMemcpyDeviceToHost, stream_),
                              "cudaMemcpyAsync D2H (append)"));
+  ATTN_RETURN_IF_ERROR(Mark(3));
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "append"));
+  AddEventTimes(times);
   for (int64_t l = 0; l < launches; ++l) {
     unsigned long long sat = 0;
     std::memcpy(&sat, h + at_sat + static_cast<uint64_t>(l) * 8, 8);
@@ -253,7 +287,8 @@ Status GpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
   return AttendMany(&layer, &q, outs, 1);
 }
 
-Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n) {
+Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n,
+                                      LaunchTimes *times) {
   std::vector<PagedLayerView> layers(n);
   std::vector<PagedQuery> queries(n);
   std::vector<void *> outs(n);
@@ -262,11 +297,11 @@ Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n) {
     queries[i] = items[i].query;
     outs[i] = items[i].o;
   }
-  return AttendMany(layers.data(), queries.data(), outs.data(), static_cast<int64_t>(n));
+  return AttendMany(layers.data(), queries.data(), outs.data(), static_cast<int64_t>(n), times);
 }
 
 Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQuery *queries,
-                                     void *const *outs, int64_t count) {
+                                     void *const *outs, int64_t count, LaunchTimes *times) {
   if (count <= 0) return Status::Ok();
   const kernels::PagedKvPool &pool = layers[0].pool;
   const PagedQuery &q0 = queries[0];
@@ -356,8 +391,10 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
     q_at += T;
   }
 
+  ATTN_RETURN_IF_ERROR(Mark(0));
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(d, h, upload, cudaMemcpyHostToDevice, stream_),
                              "cudaMemcpyAsync H2D (decode)"));
+  ATTN_RETURN_IF_ERROR(Mark(1));
   kernels::PagedBatch batch;
   batch.batch = rows;
   batch.block_tables = reinterpret_cast<const int32_t *>(d + at_bt);
@@ -372,11 +409,14 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   Status s = kernels::PagedDecodeRun(*plan, pool, batch, dq,
                                      plan->workspace_bytes > 0 ? d + at_ws : nullptr, stream_);
   if (!s.ok()) return LaunchFailed(s);
+  ATTN_RETURN_IF_ERROR(Mark(2));
   // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_q, d + at_o, qo_bytes, cudaMemcpyDeviceToHost,
                                              stream_),
                              "cudaMemcpyAsync D2H (decode)"));
+  ATTN_RETURN_IF_ERROR(Mark(3));
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "decode"));
+  AddEventTimes(times);
   q_at = 0;
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t bytes = static_cast<uint64_t>(queries[i].tokens * N * H * esize);

@@ -49,15 +49,17 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   Status Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) override;
   /// One append launch for 16-bit pages; one launch per item for FP8 pages (so each item's
   /// saturations are counted on their own); one transfer each way and one sync either way.
-  Status AppendBatch(PagedAppendItem *items, size_t n) override;
+  /// `times` (may be null): CUDA-event times of the copies and kernels.
+  Status AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) override;
   /// One decode launch over every item (AttendMany).
-  Status AttendBatch(const PagedAttendItem *items, size_t n) override;
+  Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override;
 
   /// One decode launch over many layers' steps: item i computes outs[i] for queries[i] over
   /// layers[i]. All items must share the sub-pool (layout class), q dtype, N and scale
-  /// (INVALID_ARGUMENT otherwise). Used by Attend and by batched sequence steps.
+  /// (INVALID_ARGUMENT otherwise). Used by Attend and by batched sequence steps. `times` (may
+  /// be null) gets the CUDA-event times of the upload, the kernels and the download added.
   Status AttendMany(const PagedLayerView *layers, const PagedQuery *queries, void *const *outs,
-                    int64_t count);
+                    int64_t count, LaunchTimes *times = nullptr);
 
  private:
   GpuPagedAttention(int device, DevicePool *pool) : device_(device), pool_(pool) {}
@@ -67,11 +69,18 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   Status LaunchFailed(const Status &s);
   /// Makes the pinned staging buffer at least `bytes` long.
   Status ReservePinned(uint64_t bytes);
+  /// Records timing event `i` (0: before the upload, 1: after it, 2: after the kernels,
+  /// 3: after the download) on the stream. Called with mu_ held.
+  Status Mark(int i);
+  /// After the stream synchronised: adds the intervals between the four events to `times`
+  /// (no-op when null). Called with mu_ held.
+  void AddEventTimes(LaunchTimes *times);
 
   const std::string name_ = "gpu";
   const int device_;
   DevicePool *const pool_;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
   char *pinned_ = nullptr;
   uint64_t pinned_bytes_ = 0;
   std::mutex mu_;

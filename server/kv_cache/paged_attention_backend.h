@@ -7,6 +7,7 @@
 // sequences.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,6 +58,22 @@ struct PagedAttendItem {
   void *o = nullptr;
 };
 
+/// Time spent by the launches of one AppendBatch/AttendBatch call, added (+=) by the backend
+/// when the caller passes a LaunchTimes: device time of the kernels and of the host<->device
+/// copies, in nanoseconds (CUDA events on a GPU, resolution ~0.5 µs; the CPU implementation
+/// reports its computation's host wall time as kernel time and no copies).
+struct LaunchTimes {
+  int64_t kernel_ns = 0;
+  int64_t h2d_ns = 0;
+  int64_t d2h_ns = 0;
+  LaunchTimes &operator+=(const LaunchTimes &o) {
+    kernel_ns += o.kernel_ns;
+    h2d_ns += o.h2d_ns;
+    d2h_ns += o.d2h_ns;
+    return *this;
+  }
+};
+
 class PagedAttentionBackend {
  public:
   virtual ~PagedAttentionBackend() = default;
@@ -81,25 +98,40 @@ class PagedAttentionBackend {
   /// Appends for several (sequence, layer)s in one launch (continuous batching, DESIGN.md §8):
   /// `items[0..n)` are distinct (sequence, layer)s of one sub-pool. Each item's saturations
   /// are added to its own `saturations`. All-or-nothing per call: on error the caller rolls
-  /// every item back. Default: Append for each item in order.
-  virtual Status AppendBatch(PagedAppendItem *items, size_t n) {
+  /// every item back. `times` (may be null) gets the launch's time added. Default: Append for
+  /// each item in order, timed on the host.
+  virtual Status AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n; ++i) {
       PagedAppendItem &a = items[i];
       ATTN_RETURN_IF_ERROR(
           Append(a.layer, a.start, a.tokens, a.k, a.v, a.src_dtype, &a.saturations));
     }
+    AddHostTime(t0, times);
     return Status::Ok();
   }
   /// Attends several (sequence, layer)s in one launch: `items[0..n)` are distinct
   /// (sequence, layer)s of one sub-pool whose queries share dtype, num_heads and scale (the
   /// caller groups them); q lengths may differ (decode T=1 next to a short prefill). A GPU
   /// implementation runs one paged launch over all of them (block tables, kv_lengths, q
-  /// offsets). Default: Attend for each item in order.
-  virtual Status AttendBatch(const PagedAttendItem *items, size_t n) {
+  /// offsets). `times` (may be null) gets the launch's time added. Default: Attend for each
+  /// item in order, timed on the host.
+  virtual Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n; ++i) {
       ATTN_RETURN_IF_ERROR(Attend(items[i].layer, items[i].query, items[i].o));
     }
+    AddHostTime(t0, times);
     return Status::Ok();
+  }
+
+ protected:
+  /// Adds the host wall time since `t0` to times->kernel_ns (times may be null).
+  static void AddHostTime(std::chrono::steady_clock::time_point t0, LaunchTimes *times) {
+    if (times == nullptr) return;
+    times->kernel_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
   }
 };
 

@@ -177,8 +177,14 @@ class SequenceRun {
     std::mutex mu;
     std::map<std::string, std::string> out;
     std::atomic<int> batched_steps{0};
+    std::atomic<int> timed_batches{0};
     auto record = [&](int s, int wave, int layer, const pb::ExtendResponse& r) {
       if (r.report().batch_size() > 1) batched_steps.fetch_add(1);
+      // The batch's wall time contains its kernels' time, which contains this step's group's.
+      const pb::PhaseTimes& t = r.report().times();
+      EXPECT_GE(t.batch_us(), t.batch_kernel_us());
+      EXPECT_GE(t.batch_kernel_us(), t.kernel_us());
+      if (t.batch_us() > 0) timed_batches.fetch_add(1);
       std::lock_guard<std::mutex> lock(mu);
       out[std::to_string(s) + "/" + std::to_string(wave) + "/" + std::to_string(layer)] =
           r.o().data();
@@ -250,6 +256,7 @@ class SequenceRun {
       EXPECT_TRUE(stub_->ReleaseSequence(&c, r, &resp).ok());
     }
     *batched = batched_steps.load();
+    EXPECT_GT(timed_batches.load(), 0) << "no step reported its batch's wall time";
     return out;
   }
 

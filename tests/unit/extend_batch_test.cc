@@ -34,10 +34,10 @@ class CountingPaged final : public PagedAttentionBackend {
   Status Attend(const PagedLayerView &l, const PagedQuery &q, void *o) override {
     return cpu_.Attend(l, q, o);
   }
-  Status AttendBatch(const PagedAttendItem *items, size_t n) override {
+  Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override {
     launches.push_back(n);
     if (fail_attend) return Status(StatusCode::kInternal, "injected device fault");
-    return PagedAttentionBackend::AttendBatch(items, n);
+    return PagedAttentionBackend::AttendBatch(items, n, times);
   }
   std::vector<size_t> launches;
   bool fail_attend = false;
