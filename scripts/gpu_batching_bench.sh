@@ -50,7 +50,16 @@ for mode in ("on", "off"):
                  "steps_per_s_decode": streams / (mean / 1e3) if mean else None,
                  "step_ms": step, "server_batch_size": j.get("server_batch_size"),
                  "server_queue_ms": j.get("server_queue_ms"),
+                 "server_batch_ms": j.get("server_batch_ms"),
+                 "server_batch_kernel_ms": j.get("server_batch_kernel_ms"),
+                 "server_overhead_ms": j.get("server_overhead_ms"),
                  "mismatches": j.get("mismatches"), "errors": j.get("errors")}
+# Issue 6: p99 queue time <= max-queue-delay (0 here: the scheduler takes what waits) plus one
+# batch's run time (the p99 of the batch wall time, a conservative reading).
+for mode in res:
+    q, bw = res[mode].get("server_queue_ms") or {}, res[mode].get("server_batch_ms") or {}
+    if q.get("p99") is not None and bw.get("p99") is not None:
+        res[mode]["queue_p99_within_one_batch"] = q["p99"] <= 0.0 + bw["p99"]
 if "on" in res and "off" in res:
     for k in ("steps_per_s_wall", "steps_per_s_decode"):
         a, b = res["on"][k], res["off"][k]

@@ -7,9 +7,14 @@
 #           backends and the GPU KV cache (loadgen trace replay + generation sessions)
 #   serve   the bundled server with the fused backend replaying the Azure trace (verified)
 #   batch   issue-6 measurement: 64 concurrent decode streams, batching on vs off
+#   auto    issue-4 auto: --calibrate, then auto vs the fastest backend on held-out Azure shapes
+#   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
 #   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
-# Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) are installed into /tmp/site first.
+# Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
+# Python client) are installed into /tmp/site first. A bundle carried compressed as
+# .carry/bundle.tgz (scripts/bundle.sh, then `tar -C .bundle -czf .carry/bundle.tgz attn`, to
+# leave room in the carry for the MiniLM weights) is unpacked into .bundle/ first.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-$root/out}
@@ -19,9 +24,14 @@ steps=${*:-check server batch serve bench}
 t0=$(date +%s)
 say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 
-if compgen -G "$root/.whl/*.whl" >/dev/null; then
+wheels=$(compgen -G "$root/.whl/*.whl"; compgen -G "$root/.carry/wheels/*.whl")
+if [ -n "$wheels" ]; then
+  # shellcheck disable=SC2086
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$root"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    --target /tmp/site $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -f "$root/.carry/bundle.tgz" ]; then
+  rm -rf "$root/.bundle" && mkdir -p "$root/.bundle" && tar -C "$root/.bundle" -xzf "$root/.carry/bundle.tgz"
 fi
 # cuDNN 9.19 from PyTorch's environment (DESIGN.md §11) for the bundled binaries.
 CUDNN_LIB_DIR=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
@@ -57,7 +67,17 @@ for step in $steps; do
     batch)
       say "batch"
       mkdir -p "$OUT/batch"
-      OUT="$OUT/batch" timeout 150 bash "$root/scripts/gpu_batching_bench.sh" 2>&1 | tail -n 60
+      OUT="$OUT/batch" timeout 300 bash "$root/scripts/gpu_batching_bench.sh" 2>&1 | tail -n 80
+      ;;
+    auto)
+      say "auto"
+      mkdir -p "$OUT/auto"
+      OUT="$OUT/auto" timeout 300 bash "$root/scripts/gpu_auto_check.sh" 2>&1 | tail -n 90
+      ;;
+    minilm)
+      say "minilm"
+      mkdir -p "$OUT/minilm"
+      OUT="$OUT/minilm" timeout 150 bash "$root/scripts/gpu_minilm_check.sh" 2>&1 | tail -n 80
       ;;
     bench)
       say "bench"

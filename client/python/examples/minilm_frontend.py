@@ -75,7 +75,8 @@ class MiniLM:
         with open(os.path.join(model_dir, "config.json")) as f:
             self.cfg = json.load(f)
         self.w = load_file(os.path.join(model_dir, "model.safetensors"))
-        self.w = {k.removeprefix("bert."): v for k, v in self.w.items()}
+        # float32 compute whatever the file's dtype (a float16 copy is used on GPU hosts).
+        self.w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in self.w.items()}
         self.heads = self.cfg["num_attention_heads"]
         self.head_dim = self.cfg["hidden_size"] // self.heads
         self.layers = self.cfg["num_hidden_layers"]
