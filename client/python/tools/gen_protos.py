@@ -22,6 +22,12 @@ DEFAULT_OUT = os.path.join(HERE, "..", "attention_client", "_pb")
 MODULES = ["attention_pb2.py", "attention_pb2_grpc.py", "sequence_pb2.py", "sequence_pb2_grpc.py"]
 
 _IMPORT = re.compile(r"^from attention\.v1 import (\w+) as (\w+)$", re.M)
+# The gRPC stubs refuse to import under a grpcio older than the grpcio-tools that generated
+# them. They use nothing newer than `_registered_method` (grpcio 1.63), so the stamp is set to
+# the oldest grpcio this package declares (pyproject.toml) and has run with: 1.84.0, the
+# GPU host's (scripts/gpu_minilm_check.sh).
+MIN_GRPCIO = "1.84.0"
+_GRPC_STAMP = re.compile(r"^GRPC_GENERATED_VERSION = '[^']*'$", re.M)
 
 
 def generate(out_dir):
@@ -39,6 +45,7 @@ def generate(out_dir):
             with open(os.path.join(tmp, "attention", "v1", name)) as f:
                 text = f.read()
             text = _IMPORT.sub(r"from . import \1 as \2", text)
+            text = _GRPC_STAMP.sub(f"GRPC_GENERATED_VERSION = '{MIN_GRPCIO}'", text)
             with open(os.path.join(out_dir, name), "w") as f:
                 f.write(text)
     init = os.path.join(out_dir, "__init__.py")

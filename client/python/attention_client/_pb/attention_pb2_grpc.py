@@ -5,7 +5,7 @@ import warnings
 
 from . import attention_pb2 as attention_dot_v1_dot_attention__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
