@@ -6,19 +6,28 @@
 // the G query heads that share kv head h (and the T_b query tokens) form the M = 16 rows of
 // the m16n8k16 MMAs and every K/V byte is read from memory once per block.
 //
-//   - K/V tiles of 64 tokens stream through a cp.async ring of kStages stages (16-byte copies,
-//     rows >= S_b zero-filled and never addressed). Token j's address comes from the block
-//     table (page lookups are loaded one tile ahead, so their latency is hidden) or from the
-//     contiguous layout; one 64-bit element offset serves K and V (identical layouts).
+//   - K/V tiles of 64 tokens stream through a cp.async ring of kStages stages (16-byte copies;
+//     rows >= S_b are zero-filled by copies that read nothing, their source addresses kept
+//     inside the pool / tensor all the same). Each thread copies one 16-byte column chunk
+//     of kRowsPerThread CONSECUTIVE tile rows, so with pages of >= kRowsPerThread tokens its
+//     rows are consecutive slots of one page: one block-table entry per thread per tile, row i
+//     at a constant byte offset from row 0. That entry is loaded one tile ahead of its use (and
+//     its 128-byte line prefetched into L2 kBtPrefetchTiles ahead), so page lookups never stall
+//     the loop. Smaller pages look every row up at issue time; contiguous K/V rows are a
+//     runtime stride apart.
 //   - Warp w owns keys 16w..16w+15 of every tile: S = Q·Kᵀ (16 x 16), online softmax in the
-//     exp2 domain with its own running max/sum, O += P·V (16 x H), fp32 accumulators.
+//     exp2 domain with its own running max/sum, O += P·V (16 x H), fp32 accumulators. O is
+//     rescaled only when some row of the warp raised its max in this tile (otherwise the
+//     factor is exactly 1).
 //   - 16-bit pages: K and V fragments come from ldmatrix (.trans for V) on XOR-swizzled tiles.
-//     FP8 pages: plain 16-byte shared loads, dequantised in registers to fp16 with a few bit
-//     operations (an e4m3 byte b becomes the fp16 with bits sign(b) << 15 | (b & 0x7f) << 7,
-//     which is exactly b's value × 2^-8, subnormals included). The Q·Kᵀ reduction dimension
-//     and the P·V output dimension are permuted per thread so that each thread's K/V bytes
-//     are contiguous (the permutation is applied to Q and undone when O is stored). The K
-//     scale (× 2^8) is folded into the logit scale, the V scale (× 2^8) into the output.
+//     FP8 pages: plain 16-byte shared loads, converted in registers to fp16 pairs with the
+//     hardware cvt.rn.f16x2.e4m3x2 (sm_89+; one instruction per two bytes, exact: every e4m3
+//     value is an fp16). The Q·Kᵀ reduction dimension and the P·V output dimension are
+//     permuted per thread so that each thread's K/V bytes are contiguous (the permutation is
+//     applied to Q and undone when O is stored); V bytes of two keys are paired with byte
+//     permutes. The K scale is folded into the logit scale, the V scale into the output.
+//     Queries (bf16 or fp16) are converted to fp16 once (bf16 beyond ±65504 is clamped), so
+//     the FP8 MMAs run in fp16 with fp32 accumulation for both query dtypes.
 //   - Epilogue: the 4 warps' (max, sum, O) are combined through shared memory; the block
 //     writes O (dtype) and lse directly when there is one partition, otherwise the normalised
 //     partial O (fp32) and its lse into the workspace for the merge kernel.
@@ -114,13 +123,42 @@ __device__ __forceinline__ float HalfToFloat(uint16_t bits) {
   }
 }
 
-/// Four e4m3 bytes w = [b3 b2 b1 b0] -> two fp16 pairs, each value exactly b × 2^-8:
-/// even = (b0, b2), odd = (b1, b3) (low half first). An e4m3 byte s.eeee.mmm placed at bits
-/// 15, 13..7 of a half is the fp16 s.0eeee.mmm0000000 (normal and subnormal alike).
-__device__ __forceinline__ void Fp8x4ToHalf(uint32_t w, uint32_t& even, uint32_t& odd) {
-  odd = (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);
-  const uint32_t w8 = w << 8;
-  even = (w8 & 0x80008000u) | ((w8 >> 1) & 0x3f803f80u);
+/// Two e4m3 bytes of w (bytes 0, 1 when !kHigh, bytes 2, 3 when kHigh) -> an fp16 pair, the
+/// lower byte in the low half. sm_89+: cvt.rn.f16x2.e4m3x2 (F2FP.F16.E4M3.UNPACK_B), the exact
+/// value. Older targets (never built here; kept so the header compiles for them): bit
+/// operations giving the value × 2^-8 (s.eeee.mmm at bits 15, 13..7 of a half is the fp16
+/// s.0eeee.mmm0000000, normal and subnormal alike); Fp8Unscale() undoes the factor.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t d;
+  if constexpr (kHigh) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
+        : "=r"(d)
+        : "r"(w));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
+        : "=r"(d)
+        : "r"(w));
+  }
+  return d;
+#else
+  const uint32_t x = __byte_perm(w, 0u, kHigh ? 0x3424u : 0x1404u);  // byte -> high byte of a half
+  return (x & 0x80008000u) | ((x >> 1) & 0x3f803f80u);
+#endif
+}
+/// The factor the dequantised FP8 values carry relative to the stored e4m3 values (see above).
+__device__ __forceinline__ float Fp8Unscale() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return 1.f;
+#else
+  return 256.f;
+#endif
+}
+
+/// Hints the 128-byte line at `p` into L2 (no register result, never faults the loop).
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 __device__ __forceinline__ uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
@@ -143,16 +181,20 @@ struct Traits {
   static constexpr int kSmemBytes = DecodeSmemBytes(kHeadDim, kKvBytes);
   static constexpr int kKSteps = kHeadDim / 16;  // k16 steps of Q·Kᵀ
   static constexpr int kDT = kHeadDim / 8;       // n8 tiles of O
-  static constexpr int kRowsPerPass = kThreads / kRowChunks;
-  static constexpr int kPasses = kTileTokens / kRowsPerPass;  // tile rows per thread
+  /// Loader: thread t copies chunk t % kRowChunks of tile rows (t / kRowChunks) ·
+  /// kRowsPerThread + i, i < kRowsPerThread (consecutive rows).
+  static constexpr int kLoadGroups = kThreads / kRowChunks;
+  static constexpr int kRowsPerThread = kTileTokens / kLoadGroups;
+  static constexpr int kRowsPerThreadLog2 =
+      kRowsPerThread == 8 ? 3 : (kRowsPerThread == 4 ? 2 : (kRowsPerThread == 2 ? 1 : 0));
   static constexpr int kQRowBytes = kHeadDim * 2;
   static constexpr int kQChunks = kQRowBytes / 16;
   static constexpr int kRedStride = DecodeReduceStride(kHeadDim);
   // Blocks per SM the registers must allow (shared memory allows about this many).
   static constexpr int kMinBlocks = kSmemBytes >= 96 * 1024 ? 2 : (kSmemBytes >= 64 * 1024 ? 3 : 4);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
-  static_assert(kRowsPerPass * kPasses == kTileTokens, "tile rows split evenly");
-  static_assert(kRowsPerPass % 8 == 0, "a pass covers whole groups of 8 rows");
+  static_assert(kLoadGroups * kRowsPerThread == kTileTokens, "tile rows split evenly");
+  static_assert((1 << kRowsPerThreadLog2) == kRowsPerThread, "a power of two up to 8");
 
   /// Byte offset of 16-byte chunk `chunk` of K/V tile row `row`.
   /// 16-bit: chunk ^ (row & 7) (the 8 rows of an ldmatrix 8x8 matrix hit 8 bank groups).
@@ -180,12 +222,9 @@ struct Traits {
   }
 };
 
-/// Per-thread K/V row addressing for one tile: the element offset of each of the thread's
-/// kPasses rows (rows row0 + i * kRowsPerPass), or -1 past S_b.
-template <class Tr>
-struct TileRows {
-  int64_t off[Tr::kPasses];
-};
+/// Tiles ahead of its use at which a block-table entry's 128-byte line is prefetched into L2
+/// (the entry itself is loaded one tile ahead; this turns that load into an L2 hit).
+inline constexpr int kBtPrefetchTiles = 8;
 
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
@@ -240,46 +279,92 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
 
   float k_scale = 1.f, out_scale = 1.f;
   if constexpr (kFp8) {
-    // Dequantised values are stored × 2^-8 (see Fp8x4ToHalf): undo it with the scales.
-    k_scale = p.k_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * 256.f;
-    out_scale = p.v_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * 256.f;
+    // The converted values are the stored ones × 1 / Fp8Unscale() (1 with the hardware cvt).
+    k_scale = p.k_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * Fp8Unscale();
+    out_scale = p.v_scales[static_cast<int64_t>(b) * p.num_kv_heads + kvh] * Fp8Unscale();
   }
   const float sl2 = p.scale_log2 * k_scale;  // raw logit -> exp2 units
 
   // ---- K/V tile addressing --------------------------------------------------------------------
-  const int ld_row0 = tid / Tr::kRowChunks;
+  // Thread t copies 16-byte chunk ld_chunk of tile rows ld_row0 .. ld_row0 + R - 1 (consecutive
+  // tokens) of K and of V.
+  constexpr int R = Tr::kRowsPerThread;
+  constexpr int64_t kRowBytes = Tr::kRowBytes;
   const int ld_chunk = tid % Tr::kRowChunks;
+  const int ld_row0 = (tid / Tr::kRowChunks) * R;
+  const unsigned char* kg = static_cast<const unsigned char*>(p.k) + ld_chunk * 16;
+  const unsigned char* vg = static_cast<const unsigned char*>(p.v) + ld_chunk * 16;
+  uint32_t ld_soff[R];  // shared-memory byte offsets of those rows' chunks within a tile
+#pragma unroll
+  for (int i = 0; i < R; ++i) ld_soff[i] = Tr::TileOffset(ld_row0 + i, ld_chunk);
   const bool paged = p.block_tables != nullptr;
+  // Pages of >= R tokens: the thread's R rows of a tile are consecutive slots of one page
+  // (ld_row0 and every tile start are multiples of R), so one block-table entry addresses them.
+  const bool page_runs = paged && p.page_shift >= Tr::kRowsPerThreadLog2;
   const int32_t* bt = p.block_tables + (paged ? static_cast<int64_t>(b) * p.bt_stride : 0);
   const int page_mask = (1 << p.page_shift) - 1;
-  // Element offsets of this thread's rows of tile `tile` (loads the block-table entries).
-  auto rows_of = [&](int tile, TileRows<Tr>& r) {
+  auto first_row = [&](int tile) { return k0 + tile * kTileTokens + ld_row0; };
+  // page_runs: the block-table entry of the thread's rows of `tile`; 0 (page 0, whose slots
+  // the zero-filled copies below then address without reading) when they are all past k_end.
+  auto page_of = [&](int tile) -> int32_t {
+    const int j = first_row(tile);
+    return j < k_end ? __ldg(bt + (j >> p.page_shift)) : 0;
+  };
+  // page_runs: copies the thread's rows of `tile`, which live in page `page`, into `stage`.
+  auto issue_run = [&](int stage, int tile, int32_t page) {
+    const int j = first_row(tile);
+    const int valid = min(max(k_end - j, 0), R);  // rows before k_end
+    const int64_t row0 =
+        ((static_cast<int64_t>(page) * p.num_kv_heads + kvh) << p.page_shift | (j & page_mask)) *
+        kRowBytes;
+    const unsigned char* ks = kg + row0;
+    const unsigned char* vs = vg + row0;
 #pragma unroll
-    for (int i = 0; i < Tr::kPasses; ++i) {
-      const int j = k0 + tile * kTileTokens + ld_row0 + i * Tr::kRowsPerPass;
-      if (j < k_end) {
-        if (paged) {
-          const int64_t page = __ldg(bt + (j >> p.page_shift));
-          r.off[i] = (((page * p.num_kv_heads + kvh) << p.page_shift) | (j & page_mask)) * H;
-        } else {
-          r.off[i] = ((static_cast<int64_t>(b) * p.capacity + j) * p.num_kv_heads + kvh) * H;
-        }
-      } else {
-        r.off[i] = -1;
-      }
+    for (int i = 0; i < R; ++i) {
+      CpAsync16(stage_k(stage) + ld_soff[i], ks + i * kRowBytes, i < valid);
+      CpAsync16(stage_v(stage) + ld_soff[i], vs + i * kRowBytes, i < valid);
     }
   };
-  // Issues the cp.async copies of a tile into `stage` (rows with offset -1 are zero-filled).
-  auto issue = [&](int stage, const TileRows<Tr>& r) {
-    const unsigned char* kg = static_cast<const unsigned char*>(p.k);
-    const unsigned char* vg = static_cast<const unsigned char*>(p.v);
+  // Contiguous K/V: the thread's rows are a runtime stride (K·H elements) apart. Rows past
+  // k_end are zero-filled; their copies address row max(k_end - 1, 0), which exists.
+  auto issue_strided = [&](int stage, int tile) {
+    const int j = first_row(tile);
+    const int valid = min(max(k_end - j, 0), R);
+    const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * kRowBytes;
+    const int64_t row = static_cast<int64_t>(b) * p.capacity + min(j, max(k_end - 1, 0));
+    const int64_t row0 = (row * p.num_kv_heads + kvh) * kRowBytes;
 #pragma unroll
-    for (int i = 0; i < Tr::kPasses; ++i) {
-      const bool ok = r.off[i] >= 0;
-      const int64_t byte = (ok ? r.off[i] * Tr::kKvBytes : 0) + ld_chunk * 16;
-      const uint32_t so = Tr::TileOffset(ld_row0 + i * Tr::kRowsPerPass, ld_chunk);
-      CpAsync16(stage_k(stage) + so, kg + byte, ok);
-      CpAsync16(stage_v(stage) + so, vg + byte, ok);
+    for (int i = 0; i < R; ++i) {
+      const int64_t off = row0 + (i < valid ? i : 0) * stride;
+      CpAsync16(stage_k(stage) + ld_soff[i], kg + off, i < valid);
+      CpAsync16(stage_v(stage) + ld_soff[i], vg + off, i < valid);
+    }
+  };
+  // Pages of fewer than R tokens: every row looked up on its own (all lookups first: one
+  // latency, not R); rows past k_end are zero-filled from the pool's base address.
+  auto issue_small_pages = [&](int stage, int tile) {
+    const int j0 = first_row(tile);
+    int32_t page[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      page[i] = j0 + i < k_end ? __ldg(bt + ((j0 + i) >> p.page_shift)) : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int j = j0 + i;
+      const bool ok = j < k_end;
+      const int64_t slot =
+          (static_cast<int64_t>(page[i]) * p.num_kv_heads + kvh) << p.page_shift | (j & page_mask);
+      const int64_t off = ok ? slot * kRowBytes : 0;
+      CpAsync16(stage_k(stage) + ld_soff[i], kg + off, ok);
+      CpAsync16(stage_v(stage) + ld_soff[i], vg + off, ok);
+    }
+  };
+  auto issue_rows = [&](int stage, int tile) {
+    if (paged) {
+      issue_small_pages(stage, tile);
+    } else {
+      issue_strided(stage, tile);
     }
   };
 
@@ -303,15 +388,27 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
     }
     CpAsyncCommit();
   }
-  TileRows<Tr> rows;
-  rows_of(0, rows);
+  int32_t next_page = 0;  // page_runs: the entry of the next tile to issue (loaded a tile ahead)
+  if (page_runs) {
+    int32_t first[kStages];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) {
-      issue(s, rows);
-      rows_of(s + 1, rows);
+    for (int s = 0; s < kStages; ++s) first[s] = page_of(s);  // independent loads
+#pragma unroll
+    for (int t = kStages; t < kStages + kBtPrefetchTiles; t += 4) {
+      if (first_row(t) < k_end) PrefetchL2(bt + (first_row(t) >> p.page_shift));
     }
-    CpAsyncCommit();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) issue_run(s, s, first[s]);
+      CpAsyncCommit();
+    }
+    next_page = first[kStages - 1];
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) issue_rows(s, s);
+      CpAsyncCommit();
+    }
   }
 
   // Q fragments (A operand of Q·Kᵀ), kept in registers for the whole loop.
@@ -326,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
   } else {
     // Permuted reduction dimension (matches the K reads below): k-step ks = 4c + i covers, for
     // thread tig, dims d0 = 64c + 16 tig + 4i .. d0 + 3 as mma k = (2tig, 2tig+1, 2tig+8,
-    // 2tig+9) <- d0 + (0, 2, 1, 3). Q is converted to fp16 (clamped to ±65504).
+    // 2tig+9) <- d0 + (0, 1, 2, 3). Q is converted to fp16 (clamped to ±65504).
 #pragma unroll
     for (int ks = 0; ks < Tr::kKSteps; ++ks) {
       const int d0 = (ks >> 2) * 64 + tig * 16 + (ks & 3) * 4;
@@ -342,8 +439,8 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
         x[3] = HalfToFloat<kInBf16>(static_cast<uint16_t>(raw.y >> 16));
 #pragma unroll
         for (int e = 0; e < 4; ++e) x[e] = fminf(fmaxf(x[e], -65504.f), 65504.f);
-        qf[ks][h] = PackPair<false>(x[0], x[2]);      // a0 / a1: k = 2tig, 2tig+1
-        qf[ks][2 + h] = PackPair<false>(x[1], x[3]);  // a2 / a3: k = 2tig+8, 2tig+9
+        qf[ks][h] = PackPair<false>(x[0], x[1]);      // a0 / a1: k = 2tig, 2tig+1
+        qf[ks][2 + h] = PackPair<false>(x[2], x[3]);  // a2 / a3: k = 2tig+8, 2tig+9
       }
     }
   }
@@ -357,14 +454,38 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
   float row_max[2] = {kNegInf, kNegInf};  // raw logits (before sl2)
   float row_sum[2] = {0.f, 0.f};          // this thread's partial sums (quad-reduced at the end)
   const int wkey = warp * 16;             // this warp's first key within a tile
+  // FP8: this thread's shared-memory read offsets within a tile, invariant over the loop. K:
+  // key row wkey + g, chunk 4c + tig; V: key rows wkey + 2tig (+1), H/8 bytes at dim g·H/8.
+  // Rows 8 further are 8 · kRowBytes further (the FP8 swizzle depends on the line mod 8 only).
+  uint32_t fk_off[H / 64], fv_off[2];
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int c = 0; c < H / 64; ++c) {
+      fk_off[c] = Tr::TileOffset(wkey + g, 4 * c + tig);
+      asm("" : "+r"(fk_off[c]));  // opaque: kept in a register, not recomputed every tile
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      fv_off[e] = H == 128 ? Tr::TileOffset(wkey + 2 * tig + e, g)
+                           : Tr::TileOffset(wkey + 2 * tig + e, g >> 1) + (g & 1) * 8;
+    }
+  }
 
+  int stage = 0;           // stage of tile `it`
+  int fill = kStages - 1;  // stage of tile it + kStages - 1 (the one freed last iteration)
   for (int it = 0; it < num_tiles; ++it) {
-    const int stage = it % kStages;
     CpAsyncWait<kStages - 2>();  // tile `it` has landed (for this thread's copies)
     __syncthreads();             // ... for every thread's; and the stage refilled below is free
-    if (it + kStages - 1 < num_tiles) {
-      issue((it + kStages - 1) % kStages, rows);
-      rows_of(it + kStages, rows);
+    const int next = it + kStages - 1;
+    if (next < num_tiles) {
+      if (page_runs) {
+        issue_run(fill, next, next_page);  // its entry was loaded an iteration ago
+        next_page = page_of(next + 1);     // consumed next iteration: never waited on here
+        const int jp = first_row(next + 1 + kBtPrefetchTiles);
+        if (jp < k_end) PrefetchL2(bt + (jp >> p.page_shift));
+      } else {
+        issue_rows(fill, next);
+      }
     }
     CpAsyncCommit();
     const uint32_t sk = stage_k(stage);
@@ -389,19 +510,19 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
         Mma16816<kMmaBf16>(s[1], qf[ks], kb[2], kb[3]);
       }
     } else {
-      // Thread (g, tig) reads 16 bytes (dims 64c + 16 tig ..) of key rows g and g + 8.
+      // Thread (g, tig) reads 16 bytes (dims 64c + 16 tig ..) of key rows g and g + 8; word i
+      // is k-step 4c + i: its low byte pair is b0 (k = 2tig, 2tig+1), its high pair b1.
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
         for (int c = 0; c < H / 64; ++c) {
-          const uint4 w = *reinterpret_cast<const uint4*>(
-              smem + (sk - s_base) + Tr::TileOffset(wkey + g + 8 * nt, 4 * c + tig));
+          const uint4 w = *reinterpret_cast<const uint4*>(smem + (sk - s_base) + fk_off[c] +
+                                                          nt * 8 * Tr::kRowBytes);
           const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            uint32_t even, odd;
-            Fp8x4ToHalf(ww[i], even, odd);
-            Mma16816<false>(s[nt], qf[4 * c + i], even, odd);
+            Mma16816<false>(s[nt], qf[4 * c + i], Fp8x2ToHalf2<false>(ww[i]),
+                            Fp8x2ToHalf2<true>(ww[i]));
           }
         }
       }
@@ -428,7 +549,10 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       const float m_new = fmaxf(row_max[r], mx);
       // 0 while the row has seen no key: exp2(-inf - 0) = 0, never inf - inf.
       const float m_use = m_new == kNegInf ? 0.f : m_new * sl2;
-      alpha[r] = Exp2(row_max[r] * sl2 - m_use);
+      // Exactly 1 when the max stayed (the exp2 of the contracted fma would be 1 ± a few ulp),
+      // so that the rescale below can be skipped; also while the row has seen nothing (acc and
+      // row_sum are 0 then).
+      alpha[r] = m_new == row_max[r] ? 1.f : Exp2(row_max[r] * sl2 - m_use);
       row_max[r] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -441,10 +565,14 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
         }
       row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
+    // Rescale O only when a row of the warp raised its max (after the first tiles a rare event:
+    // for a new key maximum among n + 64 keys, about 64 / (n + 64)).
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
 #pragma unroll
-    for (int dt = 0; dt < Tr::kDT; ++dt)
+      for (int dt = 0; dt < Tr::kDT; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[dt][e] *= alpha[e >> 1];
+        for (int e = 0; e < 4; ++e) acc[dt][e] *= alpha[e >> 1];
+    }
 
     // P as the A operand of P·V (k = this warp's 16 keys in tile order).
     uint32_t pf[4];
@@ -466,45 +594,42 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       }
     } else {
       // Thread (g, tig) reads H/8 bytes (dims g·H/8 ..) of keys 2tig, 2tig+1, 2tig+8, 2tig+9;
-      // byte dt of those is output n8 tile dt, column g (O dim g·H/8 + dt).
+      // byte dt of those is output n8 tile dt, column g (O dim g·H/8 + dt). A byte permute
+      // pairs the same dim of two keys (b0: keys 2tig, 2tig+1; b1: keys 2tig+8, 2tig+9).
       constexpr int kWords = H / 32;  // 32-bit words per key row slice
       uint32_t kw[4][kWords];
-      const int keys[4] = {2 * tig, 2 * tig + 1, 2 * tig + 8, 2 * tig + 9};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = wkey + keys[q];
+      for (int q = 0; q < 4; ++q) {  // keys 2tig, 2tig+1, 2tig+8, 2tig+9
+        const unsigned char* src =
+            smem + (sv - s_base) + fv_off[q & 1] + (q >> 1) * 8 * Tr::kRowBytes;
         if constexpr (kWords == 4) {
-          const uint4 w =
-              *reinterpret_cast<const uint4*>(smem + (sv - s_base) + Tr::TileOffset(row, g));
+          const uint4 w = *reinterpret_cast<const uint4*>(src);
           kw[q][0] = w.x;
           kw[q][1] = w.y;
           kw[q][2] = w.z;
           kw[q][3] = w.w;
         } else {
-          const uint2 w = *reinterpret_cast<const uint2*>(
-              smem + (sv - s_base) + Tr::TileOffset(row, g >> 1) + (g & 1) * 8);
+          const uint2 w = *reinterpret_cast<const uint2*>(src);
           kw[q][0] = w.x;
           kw[q][1] = w.y;
         }
       }
 #pragma unroll
       for (int u = 0; u < kWords; ++u) {
-        // Byte pairs (key a, key b) of the same dim: x = bytes 0,1; y = bytes 2,3.
-        const uint32_t x_lo = BytePerm(kw[0][u], kw[1][u], 0x5410);
-        const uint32_t y_lo = BytePerm(kw[0][u], kw[1][u], 0x7632);
-        const uint32_t x_hi = BytePerm(kw[2][u], kw[3][u], 0x5410);
-        const uint32_t y_hi = BytePerm(kw[2][u], kw[3][u], 0x7632);
-        uint32_t e0, o0, e1, o1;
-        Fp8x4ToHalf(x_lo, e0, o0);
-        Fp8x4ToHalf(x_hi, e1, o1);
-        Mma16816<false>(acc[4 * u + 0], pf, e0, e1);
-        Mma16816<false>(acc[4 * u + 1], pf, o0, o1);
-        Fp8x4ToHalf(y_lo, e0, o0);
-        Fp8x4ToHalf(y_hi, e1, o1);
-        Mma16816<false>(acc[4 * u + 2], pf, e0, e1);
-        Mma16816<false>(acc[4 * u + 3], pf, o0, o1);
+        // x = [a.b0 b.b0 a.b1 b.b1], y = [a.b2 b.b2 a.b3 b.b3] for keys (a, b): each 16-bit half
+        // is one dim of the two keys, i.e. n8 tiles 4u .. 4u+3.
+        const uint32_t x_lo = BytePerm(kw[0][u], kw[1][u], 0x5140);
+        const uint32_t y_lo = BytePerm(kw[0][u], kw[1][u], 0x7362);
+        const uint32_t x_hi = BytePerm(kw[2][u], kw[3][u], 0x5140);
+        const uint32_t y_hi = BytePerm(kw[2][u], kw[3][u], 0x7362);
+        Mma16816<false>(acc[4 * u + 0], pf, Fp8x2ToHalf2<false>(x_lo), Fp8x2ToHalf2<false>(x_hi));
+        Mma16816<false>(acc[4 * u + 1], pf, Fp8x2ToHalf2<true>(x_lo), Fp8x2ToHalf2<true>(x_hi));
+        Mma16816<false>(acc[4 * u + 2], pf, Fp8x2ToHalf2<false>(y_lo), Fp8x2ToHalf2<false>(y_hi));
+        Mma16816<false>(acc[4 * u + 3], pf, Fp8x2ToHalf2<true>(y_lo), Fp8x2ToHalf2<true>(y_hi));
       }
     }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    fill = fill + 1 == kStages ? 0 : fill + 1;
   }
 
   // ---- Epilogue: combine the 4 warps, then write -----------------------------------------------

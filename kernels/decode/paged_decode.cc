@@ -50,11 +50,18 @@ int Log2(int64_t pow2) {
   return s;
 }
 
-/// Partitions per sequence: the smallest count whose grid of B·K·row_chunks·P blocks runs at
-/// >= 85% of the best wave efficiency (blocks / (waves rounded up × resident slots)) found over
-/// P in [1, tiles / 4] (partitions of at least 4 tiles = 256 keys, at most 256 partitions),
-/// as FlashAttention's split heuristic does.
+/// Partitions per sequence. Decode streams K/V, so what matters is that enough blocks are
+/// resident to keep HBM busy, not that every slot is filled: when the B·K·row_chunks blocks of
+/// one partition fill between half and all of the resident slots (at least ~one block per SM),
+/// one partition, in one wave, with no merge pass. (Splitting further would add a second wave,
+/// i.e. a second pipeline ramp and tail, and the merge launch: for FP8 pages at B=32 K=8 on an
+/// H200, 256 blocks in 396 slots, the wave rule below picked 3 partitions = 2 waves.)
+/// Otherwise the smallest count whose grid of B·K·row_chunks·P blocks runs at >= 85% of the
+/// best wave efficiency (blocks / (waves rounded up × resident slots)) found over P in
+/// [1, tiles / 4] (partitions of at least 4 tiles = 256 keys, at most 256 partitions), as
+/// FlashAttention's split heuristic does.
 int64_t ChoosePartitions(int64_t pairs, int64_t tiles, int64_t slots) {
+  if (pairs <= slots && 2 * pairs >= slots) return 1;
   const int64_t max_p = std::max<int64_t>(1, std::min<int64_t>(tiles / 4, 256));
   double best = 0;
   std::vector<double> eff(static_cast<size_t>(max_p + 1), 0.0);

@@ -106,6 +106,102 @@ Status CudaInternal(const char* what, cudaError_t e) {
                   cudaGetErrorString(e) + ")");
 }
 
+/// The device checks every plan makes (compute capability, shared memory) and the kernel's
+/// dynamic shared memory attribute on `device`, raised through `prepare`.
+Status PrepareOnDevice(int device, const DeviceLimits& limits, int head_dim, int block_m,
+                       int block_n, int smem, FusedPrepareFn prepare) {
+  if (limits.compute_capability < 800) {
+    return FailedPrecondition("fused: needs compute capability 8.0 or newer (device " +
+                              std::to_string(device) + " has " +
+                              std::to_string(limits.compute_capability / 100) + "." +
+                              std::to_string(limits.compute_capability % 100 / 10) + ")");
+  }
+  if (smem > limits.max_dynamic_smem_per_block_bytes) {
+    return FailedPrecondition(
+        "fused: tile bm" + std::to_string(block_m) + " bn" + std::to_string(block_n) + " h" +
+        std::to_string(head_dim) + " needs " + std::to_string(smem) +
+        " bytes of shared memory per block, the device allows " +
+        std::to_string(limits.max_dynamic_smem_per_block_bytes) +
+        (limits.emulating_l4 ? " (L4 emulation)" : ""));
+  }
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e != cudaSuccess) return CudaInternal("cudaGetDevice", e);
+  if (previous != device && (e = cudaSetDevice(device)) != cudaSuccess) {
+    return CudaInternal("cudaSetDevice", e);
+  }
+  e = prepare(smem);
+  if (previous != device) (void)cudaSetDevice(previous);
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+    (void)cudaGetLastError();
+    return FailedPrecondition(
+        "fused: no kernel image for this device (built for sm_89 and sm_90a; compute "
+        "capability " +
+        std::to_string(limits.compute_capability) + ")");
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CudaInternal("cudaFuncSetAttribute", e);
+  }
+  return Status::Ok();
+}
+
+// ---- Paged K/V variants (one per head dim: ATTN_FUSED_PAGED_ALL_VARIANTS) ------------------
+using fused::FusedPagedLaunchFn;
+using fused::FusedPagedParams;
+
+struct PagedVariant {
+  int head_dim, block_m, block_n, warps;
+  FusedPagedLaunchFn launch_f16, launch_bf16;
+  FusedPrepareFn prepare_f16, prepare_bf16;
+};
+#define ATTN_FUSED_PAGED_TABLE_ROW(H, BM, BN, W)                                               \
+  PagedVariant{H,                                                                              \
+               BM,                                                                             \
+               BN,                                                                             \
+               W,                                                                              \
+               &fused::FusedPagedLaunch<kF16, H, BM, BN, W>,                                   \
+               &fused::FusedPagedLaunch<kBF16, H, BM, BN, W>,                                  \
+               &fused::FusedPagedPrepare<kF16, H, BM, BN, W>,                                  \
+               &fused::FusedPagedPrepare<kBF16, H, BM, BN, W>},
+const PagedVariant kPagedVariants[] = {ATTN_FUSED_PAGED_ALL_VARIANTS(ATTN_FUSED_PAGED_TABLE_ROW)};
+#undef ATTN_FUSED_PAGED_TABLE_ROW
+
+const PagedVariant* FindPagedVariant(int64_t head_dim) {
+  for (const PagedVariant& v : kPagedVariants) {
+    if (v.head_dim == head_dim) return &v;
+  }
+  return nullptr;
+}
+
+bool IsPow2InRange(int64_t n, int64_t max) { return n >= 1 && n <= max && (n & (n - 1)) == 0; }
+
+int Log2(int64_t pow2) {
+  int s = 0;
+  while ((int64_t{1} << s) < pow2) ++s;
+  return s;
+}
+
+/// The contiguous problem a paged shape computes (varlen, same mask): FusedSupports' checks.
+AttentionShape ContiguousEquivalent(const FusedPagedShape& p) {
+  AttentionShape s;
+  s.layout = Layout::kVarlen;
+  s.dtype = p.dtype;
+  s.batch = p.batch;
+  s.max_q_len = p.max_q_len;
+  s.max_kv_len = p.max_kv_len;
+  s.total_q = p.total_q;
+  s.total_kv = 0;
+  s.num_heads = p.num_heads;
+  s.num_kv_heads = p.num_kv_heads;
+  s.head_dim = p.head_dim;
+  s.mask = p.mask;
+  s.scale = p.scale;
+  s.has_lengths = true;
+  s.return_lse = p.return_lse;
+  return s;
+}
+
 }  // namespace
 
 std::string FusedPlan::Describe() const {
@@ -184,45 +280,13 @@ StatusOr<FusedPlan> FusedPlanFor(const AttentionShape& shape, int device,
   }
   StatusOr<DeviceLimits> limits = GetDeviceLimits(device);
   if (!limits.ok()) return limits.status();
-  if (limits->compute_capability < 800) {
-    return FailedPrecondition("fused: needs compute capability 8.0 or newer (device " +
-                              std::to_string(device) + " has " +
-                              std::to_string(limits->compute_capability / 100) + "." +
-                              std::to_string(limits->compute_capability % 100 / 10) + ")");
-  }
   const int index =
       options.variant < 0 ? FusedDefaultVariant(shape, limits->sm_count) : options.variant;
   const Variant* v = FindVariant(shape.head_dim, index);
   const int smem = fused::FusedSmemBytes(v->head_dim, v->block_m, v->block_n);
-  if (smem > limits->max_dynamic_smem_per_block_bytes) {
-    return FailedPrecondition(
-        "fused: tile bm" + std::to_string(v->block_m) + " bn" + std::to_string(v->block_n) +
-        " h" + std::to_string(v->head_dim) + " needs " + std::to_string(smem) +
-        " bytes of shared memory per block, the device allows " +
-        std::to_string(limits->max_dynamic_smem_per_block_bytes) +
-        (limits->emulating_l4 ? " (L4 emulation)" : ""));
-  }
-
-  int previous = 0;
-  cudaError_t e = cudaGetDevice(&previous);
-  if (e != cudaSuccess) return CudaInternal("cudaGetDevice", e);
-  if (previous != device && (e = cudaSetDevice(device)) != cudaSuccess) {
-    return CudaInternal("cudaSetDevice", e);
-  }
   const bool bf16 = shape.dtype == DType::kBFloat16;
-  e = (bf16 ? v->prepare_bf16 : v->prepare_f16)(smem);
-  if (previous != device) (void)cudaSetDevice(previous);
-  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
-    (void)cudaGetLastError();
-    return FailedPrecondition(
-        "fused: no kernel image for this device (built for sm_89 and sm_90a; compute "
-        "capability " +
-        std::to_string(limits->compute_capability) + ")");
-  }
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return CudaInternal("cudaFuncSetAttribute", e);
-  }
+  ATTN_RETURN_IF_ERROR(PrepareOnDevice(device, *limits, v->head_dim, v->block_m, v->block_n,
+                                       smem, bf16 ? v->prepare_bf16 : v->prepare_f16));
 
   FusedPlan plan;
   plan.shape = shape;
@@ -286,6 +350,131 @@ Status FusedRun(const FusedPlan& plan, const AttentionTensors& t, cudaStream_t s
   const auto launch = reinterpret_cast<FusedLaunchFn>(plan.launch);
   const cudaError_t e = launch(p, grid, plan.smem_bytes, stream);
   if (e != cudaSuccess) return CudaInternal("kernel launch", e);
+  return Status::Ok();
+}
+
+// ---- Paged K/V ----------------------------------------------------------------------------
+
+std::string FusedPagedPlan::Describe() const {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "fused-paged %s h%lld bm%d bn%d w%d pt%lld smem%d",
+                DTypeName(shape.dtype), static_cast<long long>(shape.head_dim), block_m, block_n,
+                warps, static_cast<long long>(shape.page_tokens), smem_bytes);
+  return buf;
+}
+
+Status FusedPagedSupports(const FusedPagedShape& s) {
+  if (s.kv_dtype == DType::kFloat8E4M3) {
+    return Unimplemented(
+        "fused paged: FP8 E4M3 pages are not implemented (16-bit pages in the query dtype "
+        "only); FP8 pages run on the paged decode kernels");
+  }
+  if (s.kv_dtype != s.dtype) {
+    return InvalidArgument(std::string("fused paged: kv dtype ") + DTypeName(s.kv_dtype) +
+                           " must be the query dtype " + DTypeName(s.dtype));
+  }
+  if (s.head_dim > 0 && FindPagedVariant(s.head_dim) == nullptr) {
+    return Unimplemented("fused paged: head dim " + std::to_string(s.head_dim) +
+                         " is not implemented (paged K/V is compiled for head dims 64 and 128)");
+  }
+  ATTN_RETURN_IF_ERROR(FusedSupports(ContiguousEquivalent(s)));
+  if (!IsPow2InRange(s.page_tokens, 65536)) {
+    return InvalidArgument("fused paged: page_tokens " + std::to_string(s.page_tokens) +
+                           " must be a power of two in [1, 65536]");
+  }
+  if (s.total_q < 0) return InvalidArgument("fused paged: negative total_q");
+  return Status::Ok();
+}
+
+StatusOr<FusedPagedPlan> FusedPagedPlanFor(const FusedPagedShape& shape, int device) {
+  ATTN_RETURN_IF_ERROR(FusedPagedSupports(shape));
+  const PagedVariant* v = FindPagedVariant(shape.head_dim);
+  const int index = VariantIndexOf(v->head_dim, v->block_m, v->block_n, v->warps);
+  if (index < 0) return Internal("fused paged: the paged tile is not a contiguous variant");
+  StatusOr<DeviceLimits> limits = GetDeviceLimits(device);
+  if (!limits.ok()) return limits.status();
+  const int smem = fused::FusedSmemBytes(v->head_dim, v->block_m, v->block_n);
+  const bool bf16 = shape.dtype == DType::kBFloat16;
+  ATTN_RETURN_IF_ERROR(PrepareOnDevice(device, *limits, v->head_dim, v->block_m, v->block_n,
+                                       smem, bf16 ? v->prepare_bf16 : v->prepare_f16));
+  FusedPagedPlan plan;
+  plan.shape = shape;
+  plan.device = device;
+  plan.variant = index;
+  plan.block_m = v->block_m;
+  plan.block_n = v->block_n;
+  plan.warps = v->warps;
+  plan.smem_bytes = smem;
+  plan.grid_x = (shape.max_q_len + v->block_m - 1) / v->block_m;
+  plan.grid_y = shape.num_heads;
+  plan.grid_z = shape.batch;
+  plan.launch = reinterpret_cast<const void*>(bf16 ? v->launch_bf16 : v->launch_f16);
+  return plan;
+}
+
+Status FusedPagedRun(const FusedPagedPlan& plan, const PagedKvPool& pool, const PagedBatch& batch,
+                     const FusedPagedQueries& q, cudaStream_t stream) {
+  const FusedPagedShape& s = plan.shape;
+  if (plan.launch == nullptr) {
+    return InvalidArgument("fused paged: plan was not made by FusedPagedPlanFor");
+  }
+  if (batch.batch != s.batch) {
+    return InvalidArgument("fused paged: batch.batch " + std::to_string(batch.batch) +
+                           " differs from the plan's " + std::to_string(s.batch));
+  }
+  if (pool.num_kv_heads != s.num_kv_heads || pool.head_dim != s.head_dim ||
+      pool.kv_dtype != s.kv_dtype || pool.page_tokens != s.page_tokens) {
+    return InvalidArgument("fused paged: the pool (K " + std::to_string(pool.num_kv_heads) +
+                           ", H " + std::to_string(pool.head_dim) + ", " +
+                           DTypeName(pool.kv_dtype) + ", page " +
+                           std::to_string(pool.page_tokens) + ") does not match the plan");
+  }
+  if (plan.grid_x == 0 || plan.grid_y == 0 || plan.grid_z == 0) return Status::Ok();
+  if (q.q == nullptr || q.o == nullptr || q.q_offsets == nullptr) {
+    return InvalidArgument("fused paged: q, o and q_offsets must be non-null device pointers");
+  }
+  if (s.return_lse && q.lse == nullptr) {
+    return InvalidArgument("fused paged: return_lse is set but lse is null");
+  }
+  if (pool.k_pages == nullptr || pool.v_pages == nullptr || batch.block_tables == nullptr ||
+      batch.kv_lengths == nullptr) {
+    return InvalidArgument("fused paged: pages, block tables and kv_lengths must be non-null");
+  }
+  auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+  if (misaligned(q.q) || misaligned(q.o) || misaligned(pool.k_pages) ||
+      misaligned(pool.v_pages)) {
+    return InvalidArgument("fused paged: q, o and the pages must be 16-byte aligned");
+  }
+
+  FusedPagedParams p;
+  p.q = q.q;
+  p.k = pool.k_pages;
+  p.v = pool.v_pages;
+  p.o = q.o;
+  p.lse = s.return_lse ? q.lse : nullptr;
+  p.kv_lengths = batch.kv_lengths;
+  p.q_offsets = q.q_offsets;
+  p.q_row_stride = s.num_heads * s.head_dim;
+  p.total_q = s.total_q;
+  p.max_q_len = static_cast<int32_t>(s.max_q_len);
+  p.max_kv_len = static_cast<int32_t>(s.max_kv_len);
+  p.num_heads = static_cast<int32_t>(s.num_heads);
+  p.group_size = static_cast<int32_t>(s.num_heads / s.num_kv_heads);
+  p.num_m_blocks = static_cast<int32_t>(plan.grid_x);
+  p.varlen = 1;
+  p.scale = s.scale;
+  p.scale_log2 = static_cast<float>(static_cast<double>(s.scale) * 1.4426950408889634);
+  p.mask = s.mask;
+  p.block_tables = batch.block_tables;
+  p.bt_stride = batch.block_table_stride;
+  p.page_shift = Log2(s.page_tokens);
+  p.num_kv_heads = static_cast<int32_t>(s.num_kv_heads);
+
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y),
+                  static_cast<unsigned>(plan.grid_z));
+  const auto launch = reinterpret_cast<FusedPagedLaunchFn>(plan.launch);
+  const cudaError_t e = launch(p, grid, plan.smem_bytes, stream);
+  if (e != cudaSuccess) return CudaInternal("paged kernel launch", e);
   return Status::Ok();
 }
 

@@ -12,7 +12,12 @@
 //   - the band mask (BandKeyRange) bounds the key tiles a block visits; it is applied per
 //     element only on boundary tiles;
 //   - O is normalised, staged through shared memory and written with 16-byte stores; lse once.
-// Included only by kernels/fused/fused_hd<H>.cu, which instantiate it explicitly.
+// Paged K/V (PagedTraits<Tr>, FusedPagedParams): the same kernel with varlen queries, S_b from
+// kv_lengths, and K/V tile rows copied from pages found through the block table, one lookup
+// per tile row and pass (LookupPages / LoadPagedKV), issued before the barrier that precedes
+// the copy so its latency overlaps the wait. The non-paged instantiations are unchanged.
+// Included only by kernels/fused/fused_hd<H>.cu and fused_paged_hd<H>.cu, which instantiate it
+// explicitly.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -183,6 +188,20 @@ struct Traits {
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tile shapes");
   // Registers: with 16-row warps and large tiles one block of 8 warps per SM; otherwise two.
   static constexpr int kMinBlocks = (kThreads <= 128 && kMT == 1 && kHeadDim <= 128) ? 2 : 1;
+  static constexpr bool kPaged = false;
+  using Params = FusedParams;
+};
+
+/// The paged variant of a kernel: K/V through block tables (FusedPagedParams). The XOR-8 copy
+/// (H % 64 == 0) is the only one it implements: 8 threads per 128-byte line, whole passes.
+template <class Base>
+struct PagedTraits : Base {
+  static constexpr bool kPaged = true;
+  using Params = FusedPagedParams;
+  static constexpr int kPassRows = Base::kThreads / 8;  // tile rows per copy pass
+  static constexpr int kPasses = Base::kBlockN / kPassRows;
+  static_assert(Base::Layout::kXor8 && kPassRows % 8 == 0 && Base::kBlockN % kPassRows == 0,
+                "paged K/V: head dims 64/128/256 with whole copy passes only");
 };
 
 /// Copies `kRows` rows (row r at `gbase + r*row_stride`, rows >= `valid_rows` zero-filled) into
@@ -243,9 +262,64 @@ __device__ __forceinline__ void LoadTile(uint32_t sbase, const uint16_t* gbase,
   }
 }
 
+/// The pages of one K/V tile's rows as this thread copies them (LoadPagedKV's mapping: rows
+/// tid/8 + kPassRows·j), looked up one tile ahead of the copy.
+template <class Tr>
+struct TilePages {
+  int32_t page[Tr::kPasses];
+};
+
+/// Reads the block-table entries of this thread's rows of the tile starting at key `n0`; rows
+/// >= `valid_rows` (past S_b) read nothing (their entry may not exist).
+template <class Tr>
+__device__ __forceinline__ void LookupPages(TilePages<Tr>& t, const FusedPagedParams& p, int b,
+                                            int n0, int valid_rows, int tid) {
+  const int32_t* bt = p.block_tables + static_cast<int64_t>(b) * p.bt_stride;
+  const int row = tid / 8;
+#pragma unroll
+  for (int j = 0; j < Tr::kPasses; ++j) {
+    const int r = row + j * Tr::kPassRows;
+    t.page[j] = r < valid_rows ? __ldg(bt + ((n0 + r) >> p.page_shift)) : 0;
+  }
+}
+
+/// Copies the K and V tiles of keys [n0, n0 + kBlockN) of kv head `kv_head` from their pages
+/// (`t`, from LookupPages with the same n0 and valid_rows) into the tiles at `s_k` and `s_v`;
+/// rows >= `valid_rows` are zero-filled and never dereferenced (their source is the page
+/// array's base, with a source size of 0). Thread t copies 16-byte chunks (t % 8) + 8·i of rows
+/// t/8 + kPassRows·j, as LoadTile's XOR-8 path does, so every shared destination is one offset
+/// plus immediates; each row's global source is computed from its own page.
+template <class Tr>
+__device__ __forceinline__ void LoadPagedKV(uint32_t s_k, uint32_t s_v, const TilePages<Tr>& t,
+                                            const FusedPagedParams& p, int kv_head, int n0,
+                                            int valid_rows, int tid) {
+  using L = typename Tr::Layout;
+  constexpr int kPerRow = L::kChunks / 8;
+  const int row = tid / 8;
+  const int chunk = tid % 8;
+  const uint32_t sdst = L::Offset(row, chunk);
+  const uint16_t* kp = static_cast<const uint16_t*>(p.k);
+  const uint16_t* vp = static_cast<const uint16_t*>(p.v);
+#pragma unroll
+  for (int j = 0; j < Tr::kPasses; ++j) {
+    const int r = row + j * Tr::kPassRows;
+    const bool pred = r < valid_rows;
+    const int64_t off = pred ? PagedRowElement(t.page[j], p.num_kv_heads, kv_head, p.page_shift,
+                                               n0 + r, Tr::kHeadDim) +
+                                   chunk * 8
+                             : 0;
+    const uint32_t d = sdst + j * Tr::kPassRows * L::kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kPerRow; ++i) {
+      CpAsync16(s_k + d + i * 128, kp + off + i * 64, pred);
+      CpAsync16(s_v + d + i * 128, vp + off + i * 64, pred);
+    }
+  }
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    FusedAttentionKernel(const __grid_constant__ FusedParams p) {
+    FusedAttentionKernel(const __grid_constant__ typename Tr::Params p) {
   using L = typename Tr::Layout;
   using E = ElemOf<Tr::kDType>;
   constexpr int kBM = Tr::kBlockM;
@@ -275,7 +349,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
   int64_t q_row0, kv_row0;  // first token row of this batch entry in q/o and k/v
   int q_len, kv_len;
-  if (p.varlen) {
+  if constexpr (Tr::kPaged) {
+    // Varlen queries; the keys are the first S_b tokens of the sequence's pages.
+    q_row0 = p.q_offsets[b];
+    q_len = static_cast<int>(p.q_offsets[b + 1] - q_row0);
+    kv_row0 = 0;
+    kv_len = min(max(p.kv_lengths[b], 0), p.max_kv_len);
+  } else if (p.varlen) {
     const int64_t qo = p.q_offsets[b], qe = p.q_offsets[b + 1];
     const int64_t ko = p.kv_offsets[b], ke = p.kv_offsets[b + 1];
     q_row0 = qo;
@@ -290,7 +370,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   }
   const int m0 = m_block * kBM;
   // Rows this block writes: padded writes every row < T (zeros past T_b); varlen rows < T_b.
-  const int store_rows = min(kBM, (p.varlen ? q_len : p.max_q_len) - m0);
+  const int store_rows = min(kBM, ((Tr::kPaged || p.varlen) ? q_len : p.max_q_len) - m0);
   if (store_rows <= 0) return;
 
   // Key tiles this block visits; interior tiles skip the mask.
@@ -336,8 +416,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     CpAsyncCommit();
     {
       const int n0 = (n_end - 1) * kBN;
-      LoadTile<Tr, kBN>(s_k0, k_tile(n0), p.kv_row_stride, kv_len - n0, tid);
-      LoadTile<Tr, kBN>(s_v0, v_tile(n0), p.kv_row_stride, kv_len - n0, tid);
+      if constexpr (Tr::kPaged) {
+        TilePages<Tr> pages;
+        LookupPages<Tr>(pages, p, b, n0, kv_len - n0, tid);
+        LoadPagedKV<Tr>(s_k0, s_v0, pages, p, kv_head, n0, kv_len - n0, tid);
+      } else {
+        LoadTile<Tr, kBN>(s_k0, k_tile(n0), p.kv_row_stride, kv_len - n0, tid);
+        LoadTile<Tr, kBN>(s_v0, v_tile(n0), p.kv_row_stride, kv_len - n0, tid);
+      }
       CpAsyncCommit();
     }
 
@@ -526,13 +612,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int it = 0; it < num_tiles; ++it) {
       const int n0 = (n_end - 1 - it) * kBN;
       const int stage = it & 1;
+      // Paged: the next tile's block-table entries are read before the wait and the barrier,
+      // which hide their latency (the copies below need them).
+      [[maybe_unused]] std::conditional_t<Tr::kPaged, TilePages<Tr>, int> next_pages;
+      if constexpr (Tr::kPaged) {
+        if (it + 1 < num_tiles) LookupPages<Tr>(next_pages, p, b, n0 - kBN, kv_len - n0 + kBN, tid);
+      }
       CpAsyncWait<0>();
       __syncthreads();
       if (it + 1 < num_tiles) {
         const int nn0 = n0 - kBN;
         const uint32_t off = (stage ^ 1) * Tr::kKVBytes;
-        LoadTile<Tr, kBN>(s_k0 + off, k_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
-        LoadTile<Tr, kBN>(s_v0 + off, v_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
+        if constexpr (Tr::kPaged) {
+          LoadPagedKV<Tr>(s_k0 + off, s_v0 + off, next_pages, p, kv_head, nn0, kv_len - nn0, tid);
+        } else {
+          LoadTile<Tr, kBN>(s_k0 + off, k_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
+          LoadTile<Tr, kBN>(s_v0 + off, v_tile(nn0), p.kv_row_stride, kv_len - nn0, tid);
+        }
       }
       CpAsyncCommit();
       const uint32_t s_k = s_k0 + stage * Tr::kKVBytes;
@@ -569,7 +665,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (p.lse != nullptr && tig == 0 && row < store_rows) {
         const float lse = valid ? row_max[mt][r] * p.scale + __logf(l) : kNegInf;
         const int64_t qi = m0 + row;
-        const int64_t idx = p.varlen ? static_cast<int64_t>(head) * p.total_q + q_row0 + qi
+        const int64_t idx = (Tr::kPaged || p.varlen)
+                                ? static_cast<int64_t>(head) * p.total_q + q_row0 + qi
                                      : (static_cast<int64_t>(b) * p.num_heads + head) *
                                                p.max_q_len + qi;
         p.lse[idx] = lse;
@@ -612,6 +709,21 @@ cudaError_t FusedPrepare(int smem_bytes) {
                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
 }
 
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPagedLaunch(const FusedPagedParams& params, dim3 grid, int smem_bytes,
+                             cudaStream_t stream) {
+  using Tr = PagedTraits<Traits<kDType, kHeadDim, kBlockM, kBlockN, kWarps>>;
+  FusedAttentionKernel<Tr><<<grid, Tr::kThreads, smem_bytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPagedPrepare(int smem_bytes) {
+  using Tr = PagedTraits<Traits<kDType, kHeadDim, kBlockM, kBlockN, kWarps>>;
+  return cudaFuncSetAttribute(FusedAttentionKernel<Tr>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+}
+
 #define ATTN_FUSED_INSTANTIATE_ONE(DT, H, BM, BN, W)                                          \
   template cudaError_t FusedLaunch<DT, H, BM, BN, W>(const FusedParams&, dim3, int,          \
                                                       cudaStream_t);                         \
@@ -619,5 +731,13 @@ cudaError_t FusedPrepare(int smem_bytes) {
 #define ATTN_FUSED_INSTANTIATE(H, BM, BN, W)                                                  \
   ATTN_FUSED_INSTANTIATE_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)                 \
   ATTN_FUSED_INSTANTIATE_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
+
+#define ATTN_FUSED_PAGED_INSTANTIATE_ONE(DT, H, BM, BN, W)                                    \
+  template cudaError_t FusedPagedLaunch<DT, H, BM, BN, W>(const FusedPagedParams&, dim3, int, \
+                                                           cudaStream_t);                    \
+  template cudaError_t FusedPagedPrepare<DT, H, BM, BN, W>(int);
+#define ATTN_FUSED_PAGED_INSTANTIATE(H, BM, BN, W)                                            \
+  ATTN_FUSED_PAGED_INSTANTIATE_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)           \
+  ATTN_FUSED_PAGED_INSTANTIATE_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
 
 }  // namespace attn::kernels::fused

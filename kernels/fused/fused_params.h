@@ -38,6 +38,30 @@ struct FusedParams {
   MaskSpec mask;
 };
 
+/// Paged K/V (FusedPagedLaunch): the fields FusedParams lacks. The base's q, o, lse, q_offsets
+/// (B+1), kv_lengths (B, clamped to [0, max_kv_len]), total_q, max_q_len, max_kv_len,
+/// num_heads, group_size, num_m_blocks, scale(s) and mask keep their meaning (varlen queries);
+/// k and v are the page arrays [num_pages, K, page_tokens, H] of the pool (paged_kv.h);
+/// kv_offsets and kv_row_stride are unused. For token j of sequence b and kv head h:
+///   page = block_tables[b * bt_stride + (j >> page_shift)],
+///   element ((page * K + h) << page_shift | (j & page_mask)) * H       (64-bit)
+/// Block-table entries are read only for tokens j < S_b.
+struct FusedPagedParams : FusedParams {
+  const int32_t* block_tables = nullptr;  ///< (B, bt_stride) int32 page indices
+  int64_t bt_stride = 0;                  ///< entries per block-table row
+  int32_t page_shift = 0;                 ///< log2(page_tokens)
+  int32_t num_kv_heads = 0;               ///< K
+};
+
+/// Element offset of dimension 0 of token `j`'s row (kv head `h`) in page `page`: the page
+/// format of paged_kv.h written with shifts (page_tokens = 1 << page_shift). Shared by the
+/// kernel and its host tests.
+ATTN_HD int64_t PagedRowElement(int64_t page, int64_t num_kv_heads, int64_t h, int page_shift,
+                                int64_t j, int64_t head_dim) {
+  return (((page * num_kv_heads + h) << page_shift) | (j & ((int64_t{1} << page_shift) - 1))) *
+         head_dim;
+}
+
 /// The key tiles one block of query rows [m0, m0 + block_m) visits, and the keys inside every
 /// visible row's band. lo(i) and hi(i) of BandKeyRange never decrease with i, so the union of
 /// the rows' ranges is [lo(m0), hi(last)] (last = the block's last row below q_len), and a tile
@@ -110,6 +134,28 @@ constexpr int FusedSmemBytes(int head_dim, int block_m, int block_n) {
   X(128, 128, 64, 8) X(128, 64, 64, 4) X(128, 128, 64, 4) X(128, 128, 32, 4)
 #define ATTN_FUSED_VARIANTS_HD256(X) X(256, 64, 32, 4)
 
+// Paged K/V: one tile per head dim (the kernel with PagedTraits, FusedPagedLaunch), fp16 and
+// bf16, compiled in kernels/fused/fused_paged_hd<H>.cu. Each tile also appears in the list above
+// (FusedPagedPlan::variant names it), so the contiguous kernel with that variant runs the same
+// arithmetic on the same data. Chosen for prefill (B of a few, N = 8..32, T up to a few
+// thousand, often over a cached prefix): the 64-row tiles that win at such loads (the L < 12
+// causal rows of kDefaultRules), 16-row warps with Q in registers and room for the page lookups
+// (128x64/4w at H=128 already spills 164 bytes contiguous). ptxas (CUDA 13.0), registers
+// sm_89 / sm_90a, no spills: h64 64x128/4w 254 / 254 (contiguous 237 / 240), h128 64x64/4w
+// 223 / 226 (contiguous 230 / 223); both keep 2 blocks per SM.
+#define ATTN_FUSED_PAGED_VARIANTS_HD64(X) X(64, 64, 128, 4)
+#define ATTN_FUSED_PAGED_VARIANTS_HD128(X) X(128, 64, 64, 4)
+#define ATTN_FUSED_PAGED_ALL_VARIANTS(X) \
+  ATTN_FUSED_PAGED_VARIANTS_HD64(X) ATTN_FUSED_PAGED_VARIANTS_HD128(X)
+
+using FusedPagedLaunchFn = cudaError_t (*)(const FusedPagedParams& params, dim3 grid,
+                                           int smem_bytes, cudaStream_t stream);
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPagedLaunch(const FusedPagedParams& params, dim3 grid, int smem_bytes,
+                             cudaStream_t stream);
+template <int kDType, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t FusedPagedPrepare(int smem_bytes);
+
 #define ATTN_FUSED_ALL_VARIANTS(X)                                                            \
   ATTN_FUSED_VARIANTS_HD32(X) ATTN_FUSED_VARIANTS_HD64(X) ATTN_FUSED_VARIANTS_HD80(X)          \
   ATTN_FUSED_VARIANTS_HD96(X) ATTN_FUSED_VARIANTS_HD128(X) ATTN_FUSED_VARIANTS_HD256(X)
@@ -119,6 +165,7 @@ constexpr int FusedSmemBytes(int head_dim, int block_m, int block_n) {
 #define ATTN_FUSED_CHECK_SMEM(H, BM, BN, W)                                                    \
   static_assert(FusedSmemBytes(H, BM, BN) <= 101376, "fused variant exceeds the L4's 99 KB");
 ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_CHECK_SMEM)
+ATTN_FUSED_PAGED_ALL_VARIANTS(ATTN_FUSED_CHECK_SMEM)
 #undef ATTN_FUSED_CHECK_SMEM
 
 // Declarations of the explicit instantiations (defined in fused_hd<H>.cu), so no other
@@ -131,5 +178,13 @@ ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_CHECK_SMEM)
   ATTN_FUSED_EXTERN_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)                       \
   ATTN_FUSED_EXTERN_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
 ATTN_FUSED_ALL_VARIANTS(ATTN_FUSED_EXTERN)
+#define ATTN_FUSED_PAGED_EXTERN_ONE(DT, H, BM, BN, W)                                            \
+  extern template cudaError_t FusedPagedLaunch<DT, H, BM, BN, W>(const FusedPagedParams&, dim3, \
+                                                                  int, cudaStream_t);          \
+  extern template cudaError_t FusedPagedPrepare<DT, H, BM, BN, W>(int);
+#define ATTN_FUSED_PAGED_EXTERN(H, BM, BN, W)                                                  \
+  ATTN_FUSED_PAGED_EXTERN_ONE(static_cast<int>(DType::kFloat16), H, BM, BN, W)                 \
+  ATTN_FUSED_PAGED_EXTERN_ONE(static_cast<int>(DType::kBFloat16), H, BM, BN, W)
+ATTN_FUSED_PAGED_ALL_VARIANTS(ATTN_FUSED_PAGED_EXTERN)
 
 }  // namespace attn::kernels::fused

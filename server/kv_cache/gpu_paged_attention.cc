@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attn/kernels/fused_attention.h"
 #include "attn/kernels/paged_decode.h"
 #include "attn/kernels/paged_kv_cpu.h"
+#include "kv_cache/attend_split.h"
 
 namespace attn {
 namespace {
@@ -310,8 +312,20 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   const int64_t esize = kernels::DTypeSize(q0.dtype);
   constexpr int64_t kChunk = kernels::kPagedDecodeMaxQueryLen;
 
-  // Rows of the launch: each item's query tokens in chunks of at most kChunk.
-  int64_t rows = 0, total_q = 0, max_blocks = 1, max_q = 1, max_kv = 1;
+  // Steps longer than kChunk query tokens run in one fused paged launch when the kernel takes
+  // this layout class (16-bit pages, head dim 64/128); the others (and all of them with FP8
+  // pages) run in one decode launch, cut into chunks of at most kChunk rows (AttendSplit).
+  kernels::FusedPagedShape pshape;
+  pshape.dtype = q0.dtype;
+  pshape.kv_dtype = pool.kv_dtype;
+  pshape.num_heads = N;
+  pshape.num_kv_heads = K;
+  pshape.head_dim = H;
+  pshape.page_tokens = pool.page_tokens;
+  pshape.scale = q0.scale;  // mask: bottom-right causal (the default)
+  const bool prefill_ok = kernels::FusedPagedSupports(pshape).ok();
+  std::vector<int64_t> tokens(static_cast<size_t>(count)), kv_lens(static_cast<size_t>(count));
+  int64_t total_q = 0, max_blocks = 1;
   for (int64_t i = 0; i < count; ++i) {
     const PagedQuery &qi = queries[i];
     if (!SamePool(layers[i].pool, pool) || qi.dtype != q0.dtype || qi.num_heads != N ||
@@ -323,30 +337,44 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
       return InvalidArgument("GPU paged attention: " + std::to_string(qi.tokens) +
                              " query tokens over " + std::to_string(layers[i].kv_len) + " keys");
     }
-    rows += (qi.tokens + kChunk - 1) / kChunk;
+    tokens[i] = qi.tokens;
+    kv_lens[i] = layers[i].kv_len;
     total_q += qi.tokens;
     max_blocks = std::max(max_blocks, layers[i].num_blocks);
-    max_q = std::max(max_q, std::min(qi.tokens, kChunk));
-    max_kv = std::max(max_kv, layers[i].kv_len);
   }
+  const AttendSplit split =
+      SplitAttendSteps(tokens.data(), kv_lens.data(), count, prefill_ok, kChunk);
+  const int64_t rows = split.decode_entries, prows = split.prefill_entries;
 
   std::lock_guard<std::mutex> lock(mu_);
   if (faulted_) return Internal("GPU paged attention is faulted: " + fault_);
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
-  kernels::PagedDecodeShape shape;
-  shape.source = kernels::KvSource::kPaged;
-  shape.dtype = q0.dtype;
-  shape.kv_dtype = pool.kv_dtype;
-  shape.batch = rows;
-  shape.max_q_len = max_q;
-  shape.max_kv_len = max_kv;
-  shape.num_heads = N;
-  shape.num_kv_heads = K;
-  shape.head_dim = H;
-  shape.page_tokens = pool.page_tokens;
-  shape.scale = q0.scale;
-  StatusOr<kernels::PagedDecodePlan> plan = kernels::PagedDecodePlanFor(shape, device_);
-  if (!plan.ok()) return plan.status();
+  StatusOr<kernels::PagedDecodePlan> plan = kernels::PagedDecodePlan{};
+  if (rows > 0) {
+    kernels::PagedDecodeShape shape;
+    shape.source = kernels::KvSource::kPaged;
+    shape.dtype = q0.dtype;
+    shape.kv_dtype = pool.kv_dtype;
+    shape.batch = rows;
+    shape.max_q_len = split.decode_max_q;
+    shape.max_kv_len = split.decode_max_kv;
+    shape.num_heads = N;
+    shape.num_kv_heads = K;
+    shape.head_dim = H;
+    shape.page_tokens = pool.page_tokens;
+    shape.scale = q0.scale;
+    plan = kernels::PagedDecodePlanFor(shape, device_);
+    if (!plan.ok()) return plan.status();
+  }
+  StatusOr<kernels::FusedPagedPlan> pplan = kernels::FusedPagedPlan{};
+  if (prows > 0) {
+    pshape.batch = prows;
+    pshape.max_q_len = split.prefill_max_q;
+    pshape.max_kv_len = split.prefill_max_kv;
+    pshape.total_q = split.prefill_rows;
+    pplan = kernels::FusedPagedPlanFor(pshape, device_);
+    if (!pplan.ok()) return pplan.status();
+  }
 
   const uint64_t qo_bytes = static_cast<uint64_t>(total_q * N * H * esize);
   Segments seg;
@@ -356,6 +384,9 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   const uint64_t at_off = seg.Add(static_cast<uint64_t>(rows + 1) * 8);
   const uint64_t at_ks = seg.Add(fp8 ? static_cast<uint64_t>(rows * K) * 4 : 0);
   const uint64_t at_vs = seg.Add(fp8 ? static_cast<uint64_t>(rows * K) * 4 : 0);
+  const uint64_t at_pbt = seg.Add(static_cast<uint64_t>(prows * max_blocks) * 4);
+  const uint64_t at_plen = seg.Add(static_cast<uint64_t>(prows) * 4);
+  const uint64_t at_poff = seg.Add(prows > 0 ? static_cast<uint64_t>(prows + 1) * 8 : 0);
   const uint64_t upload = seg.total;
   const uint64_t at_o = seg.Add(qo_bytes);
   const uint64_t at_ws = seg.Add(plan->workspace_bytes);
@@ -370,45 +401,77 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   auto *off = reinterpret_cast<int64_t *>(h + at_off);
   auto *ks = reinterpret_cast<float *>(h + at_ks);
   auto *vs = reinterpret_cast<float *>(h + at_vs);
-  int64_t r = 0, q_at = 0;
-  off[0] = 0;
+  auto *pbt = reinterpret_cast<int32_t *>(h + at_pbt);
+  auto *plen = reinterpret_cast<int32_t *>(h + at_plen);
+  auto *poff = reinterpret_cast<int64_t *>(h + at_poff);
+  const int64_t row_bytes = N * H * esize;
+  if (rows > 0) off[0] = 0;
+  if (prows > 0) poff[0] = 0;
   for (int64_t i = 0; i < count; ++i) {
     const PagedLayerView &L = layers[i];
+    const AttendSplit::Item &it = split.items[i];
     const int64_t T = queries[i].tokens;
-    std::memcpy(h + at_q + static_cast<uint64_t>(q_at * N * H * esize), queries[i].q,
-                static_cast<size_t>(T * N * H * esize));
+    std::memcpy(h + at_q + static_cast<uint64_t>(it.q_row * row_bytes), queries[i].q,
+                static_cast<size_t>(T * row_bytes));
+    if (it.prefill) {
+      // One sequence of the fused launch: its T rows are the last T of kv_len keys.
+      const int64_t p = it.entry;
+      std::memcpy(pbt + p * max_blocks, L.block_table, static_cast<size_t>(L.num_blocks) * 4);
+      std::fill(pbt + p * max_blocks + L.num_blocks, pbt + (p + 1) * max_blocks, 0);
+      plen[p] = static_cast<int32_t>(L.kv_len);
+      poff[p + 1] = poff[p] + T;
+      continue;
+    }
+    int64_t r = it.entry;
     for (int64_t r0 = 0; r0 < T; r0 += kChunk, ++r) {
       const int64_t r1 = std::min(T, r0 + kChunk);
       std::memcpy(bt + r * max_blocks, L.block_table, static_cast<size_t>(L.num_blocks) * 4);
       std::fill(bt + r * max_blocks + L.num_blocks, bt + (r + 1) * max_blocks, 0);
       len[r] = static_cast<int32_t>(L.kv_len - T + r1);
-      off[r + 1] = q_at + r1;
+      off[r + 1] = it.q_row + r1;
       if (fp8) {
         std::memcpy(ks + r * K, L.k_scales, static_cast<size_t>(K) * 4);
         std::memcpy(vs + r * K, L.v_scales, static_cast<size_t>(K) * 4);
       }
     }
-    q_at += T;
   }
 
   ATTN_RETURN_IF_ERROR(Mark(0));
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(d, h, upload, cudaMemcpyHostToDevice, stream_),
                              "cudaMemcpyAsync H2D (decode)"));
   ATTN_RETURN_IF_ERROR(Mark(1));
-  kernels::PagedBatch batch;
-  batch.batch = rows;
-  batch.block_tables = reinterpret_cast<const int32_t *>(d + at_bt);
-  batch.block_table_stride = max_blocks;
-  batch.kv_lengths = reinterpret_cast<const int32_t *>(d + at_len);
-  batch.k_scales = fp8 ? reinterpret_cast<const float *>(d + at_ks) : nullptr;
-  batch.v_scales = fp8 ? reinterpret_cast<const float *>(d + at_vs) : nullptr;
-  kernels::DecodeQueries dq;
-  dq.q = d + at_q;
-  dq.q_offsets = reinterpret_cast<const int64_t *>(d + at_off);
-  dq.o = d + at_o;
-  Status s = kernels::PagedDecodeRun(*plan, pool, batch, dq,
-                                     plan->workspace_bytes > 0 ? d + at_ws : nullptr, stream_);
-  if (!s.ok()) return LaunchFailed(s);
+  if (rows > 0) {
+    // Decode rows are the first split.decode_rows rows of q/o.
+    kernels::PagedBatch batch;
+    batch.batch = rows;
+    batch.block_tables = reinterpret_cast<const int32_t *>(d + at_bt);
+    batch.block_table_stride = max_blocks;
+    batch.kv_lengths = reinterpret_cast<const int32_t *>(d + at_len);
+    batch.k_scales = fp8 ? reinterpret_cast<const float *>(d + at_ks) : nullptr;
+    batch.v_scales = fp8 ? reinterpret_cast<const float *>(d + at_vs) : nullptr;
+    kernels::DecodeQueries dq;
+    dq.q = d + at_q;
+    dq.q_offsets = reinterpret_cast<const int64_t *>(d + at_off);
+    dq.o = d + at_o;
+    Status s = kernels::PagedDecodeRun(*plan, pool, batch, dq,
+                                       plan->workspace_bytes > 0 ? d + at_ws : nullptr, stream_);
+    if (!s.ok()) return LaunchFailed(s);
+  }
+  if (prows > 0) {
+    // Prefill rows follow the decode rows (row_bytes is a multiple of 128: aligned).
+    const uint64_t at_rows = static_cast<uint64_t>(split.decode_rows * row_bytes);
+    kernels::PagedBatch batch;
+    batch.batch = prows;
+    batch.block_tables = reinterpret_cast<const int32_t *>(d + at_pbt);
+    batch.block_table_stride = max_blocks;
+    batch.kv_lengths = reinterpret_cast<const int32_t *>(d + at_plen);
+    kernels::FusedPagedQueries fq;
+    fq.q = d + at_q + at_rows;
+    fq.q_offsets = reinterpret_cast<const int64_t *>(d + at_poff);
+    fq.o = d + at_o + at_rows;
+    Status s = kernels::FusedPagedRun(*pplan, pool, batch, fq, stream_);
+    if (!s.ok()) return LaunchFailed(s);
+  }
   ATTN_RETURN_IF_ERROR(Mark(2));
   // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
   ATTN_RETURN_IF_ERROR(Check(cudaMemcpyAsync(h + at_q, d + at_o, qo_bytes, cudaMemcpyDeviceToHost,
@@ -417,11 +480,10 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
   ATTN_RETURN_IF_ERROR(Mark(3));
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "decode"));
   AddEventTimes(times);
-  q_at = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const uint64_t bytes = static_cast<uint64_t>(queries[i].tokens * N * H * esize);
-    std::memcpy(outs[i], h + at_q + static_cast<uint64_t>(q_at * N * H * esize), bytes);
-    q_at += queries[i].tokens;
+    const uint64_t bytes = static_cast<uint64_t>(queries[i].tokens * row_bytes);
+    std::memcpy(outs[i], h + at_q + static_cast<uint64_t>(split.items[i].q_row * row_bytes),
+                bytes);
   }
   return Status::Ok();
 }

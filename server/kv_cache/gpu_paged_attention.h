@@ -1,15 +1,20 @@
 // The GPU compute behind stateful sequences (DESIGN.md §5, §7): pages live in device memory
 // (DeviceKvMemory); appends run the paged append kernel and attention runs the split-KV paged
-// decode kernel (kernels/decode/, attn/kernels/paged_decode.h) over the layer's block table.
+// decode kernel (kernels/decode/, attn/kernels/paged_decode.h) over the layer's block table,
+// and prefill steps run the fused kernel reading the pages (attn/kernels/fused_attention.h).
 //
 // Each call packs its host inputs (q, new k/v, block tables, lengths, offsets, FP8 scales)
 // into one pinned buffer, copies it to a device buffer carved from the GPU pool in one
 // transfer, enqueues the kernels on this object's stream and copies the outputs back in one
 // transfer. Batched steps (AppendBatch/AttendBatch, continuous batching) do the same for many
-// sequences at once. Prefill (T > kPagedDecodeMaxQueryLen query tokens) is cut into chunks of at most
-// 64 query rows that run as separate rows of one decode launch: chunk [r0, r1) of a T-token
-// step over kv_len keys attends the first kv_len - T + r1 keys with bottom-right alignment,
-// which is exactly the rows' bottom-right causal mask (DESIGN.md §4).
+// sequences at once. Prefill steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages
+// run in one fused paged launch (FusedPagedRun, varlen over those steps, bottom-right causal:
+// the T rows are the last T of kv_len keys), the other steps in one decode launch; both share
+// the call's upload and download (AttendSplit, kv_cache/attend_split.h). With FP8 pages a
+// prefill is cut into chunks of at most 64 query rows that run as separate rows of the decode
+// launch: chunk [r0, r1) of a T-token step over kv_len keys attends the first kv_len - T + r1
+// keys with bottom-right alignment, which is exactly the rows' bottom-right causal mask
+// (DESIGN.md §4).
 //
 // What it serves (SupportsSequence): q/k/v fp16 or bf16, pages of the same dtype or FP8 E4M3,
 // head dim 64 or 128, page sizes that are powers of two. Anything else is refused at
@@ -51,13 +56,15 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   /// saturations are counted on their own); one transfer each way and one sync either way.
   /// `times` (may be null): CUDA-event times of the copies and kernels.
   Status AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) override;
-  /// One decode launch over every item (AttendMany).
+  /// At most two launches over every item (AttendMany).
   Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override;
 
-  /// One decode launch over many layers' steps: item i computes outs[i] for queries[i] over
-  /// layers[i]. All items must share the sub-pool (layout class), q dtype, N and scale
-  /// (INVALID_ARGUMENT otherwise). Used by Attend and by batched sequence steps. `times` (may
-  /// be null) gets the CUDA-event times of the upload, the kernels and the download added.
+  /// One decode launch over many layers' decode-sized steps and one fused paged launch over
+  /// their prefill steps (T > kPagedDecodeMaxQueryLen, 16-bit pages; AttendSplit): item i
+  /// computes outs[i] for queries[i] over layers[i]. All items must share the sub-pool (layout
+  /// class), q dtype, N and scale (INVALID_ARGUMENT otherwise). Used by Attend and by batched
+  /// sequence steps. `times` (may be null) gets the CUDA-event times of the upload, the kernels
+  /// and the download added.
   Status AttendMany(const PagedLayerView *layers, const PagedQuery *queries, void *const *outs,
                     int64_t count, LaunchTimes *times = nullptr);
 

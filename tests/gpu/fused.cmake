@@ -12,4 +12,14 @@ if(ATTN_CUDA)
     LABELS gpu
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
     TIMEOUT 1200)
+
+  # Paged K/V (FusedPagedRun) against the float64 reference and the contiguous kernel.
+  add_executable(fused_paged_test ${CMAKE_CURRENT_LIST_DIR}/fused_paged_test.cc)
+  target_link_libraries(fused_paged_test PRIVATE attn_parity attn_kernels GTest::gtest_main
+                        CUDA::cudart_static)
+  add_test(NAME fused_paged_test COMMAND fused_paged_test)
+  set_tests_properties(fused_paged_test PROPERTIES
+    LABELS gpu
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+    TIMEOUT 1200)
 endif()

@@ -1,12 +1,15 @@
 // GPU KV cache end to end below gRPC (DESIGN.md §7, §10): the same Extend steps run through
 // SequenceStore + ExtendStep twice, once with pages in host memory and the CPU compute
 // (CpuPagedAttention, float64-accumulating reference path) and once with pages in device memory
-// and the GPU kernels (GpuPagedAttention: paged append + split-KV paged decode, prefill chunked
-// into 64-row pieces). Every step's output must agree within the dtype's tolerance
+// and the GPU kernels (GpuPagedAttention: paged append + split-KV paged decode; prefill over
+// 16-bit pages through the fused paged kernel, over FP8 pages chunked into 64-row decode
+// pieces). Every step's output must agree within the dtype's tolerance
 // (DESIGN.md §4: ‖gpu − cpu‖₂/‖cpu‖₂), including prefill longer than a page and than one
-// 64-row chunk, decode steps across page boundaries, forks that diverge (copy-on-write of a
-// shared partial page), truncation, FP8 pages, and pools poisoned with NaN (garbage in unused
-// or freed slots must never change a result). After releasing everything, no page is in use.
+// 64-row chunk, a ~1000-token prefill over a cached history, decode steps across page
+// boundaries, forks that diverge (copy-on-write of a shared partial page), truncation, FP8
+// pages, batches mixing decode and prefill steps (one decode launch + one fused launch), and
+// pools poisoned with NaN (garbage in unused or freed slots must never change a result). After
+// releasing everything, no page is in use.
 // ctest label `gpu`; skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -20,6 +23,7 @@
 
 #include "attn/kernels/host_dtype.h"
 #include "kv_cache/cpu_paged_attention.h"
+#include "kv_cache/extend_batch.h"
 #include "kv_cache/extend_step.h"
 #include "kv_cache/gpu_paged_attention.h"
 #include "kv_cache/page_pool.h"
@@ -189,6 +193,12 @@ TEST_F(GpuPagedAttentionTest, ExtendMatchesCpuThroughLifecycle) {
         len[layer] += T;
       }
     }
+    // A long prefill over the cached history (fused paged kernel for 16-bit pages; 16 decode
+    // chunks for FP8), then a decode step after it.
+    Step(cpu_, gpu_, ids[0], ids[1], c, 0, len[0], 1000, rng, "prefill T=1000 over history");
+    len[0] += 1000;
+    Step(cpu_, gpu_, ids[0], ids[1], c, 0, len[0], 1, rng, "decode after long prefill");
+    len[0] += 1;
     // Fork at a partial page (length 150 is inside page 9), then both sides diverge: the
     // child's first append copies the shared partial page (copy-on-write).
     std::string child[2];
@@ -214,6 +224,122 @@ TEST_F(GpuPagedAttentionTest, ExtendMatchesCpuThroughLifecycle) {
       Side &s = i == 0 ? cpu_ : gpu_;
       ASSERT_TRUE(s.store->Release(child[i], "test", nullptr).ok());
       ASSERT_TRUE(s.store->Release(ids[i], "test", nullptr).ok());
+    }
+  }
+  for (const KvClassStats &st : gpu_.pages->Stats()) {
+    EXPECT_EQ(st.pages_used, 0) << st.layout.ToString() << ": pages still in use after release";
+  }
+}
+
+/// One step's inputs, owned (the args point into the strings).
+struct OwnedStep {
+  ExtendArgs args;
+  std::string q, k, v;
+};
+
+void FillStep(OwnedStep *st, const Config &c, int32_t layer, int64_t position, int64_t T,
+              std::mt19937 &rng) {
+  ExtendArgs &a = st->args;
+  a.layer = layer;
+  a.position = position;
+  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
+  a.q_shape = {T, c.num_heads, c.head_dim};
+  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
+  st->q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
+  st->k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  st->v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  a.q = st->q.data();
+  a.k = st->k.data();
+  a.v = st->v.data();
+  a.q_bytes = st->q.size();
+  a.k_bytes = st->k.size();
+  a.v_bytes = st->v.size();
+}
+
+// One batch (RunExtendSteps: one append launch, one attention call) mixing decode (T=1),
+// speculative (T=5), a prefill over a cached prefix (T=1000 over 60) and a fresh prefill
+// (T=130): on 16-bit pages the GPU runs the decode launch and the fused paged launch side by
+// side in one AttendMany; on FP8 pages everything goes through decode chunks.
+TEST_F(GpuPagedAttentionTest, BatchMixesDecodeAndPrefill) {
+  const std::vector<Config> configs = {
+      {DType::kBFloat16, DType::kBFloat16, 32, 8, 128},
+      {DType::kFloat16, DType::kFloat16, 8, 2, 64},
+      {DType::kBFloat16, DType::kFloat8E4M3, 16, 4, 128},
+  };
+  std::mt19937 rng(99);
+  for (const Config &c : configs) {
+    SequenceConfig sc;
+    sc.num_layers = 1;
+    sc.num_kv_heads = c.num_kv_heads;
+    sc.head_dim = c.head_dim;
+    sc.num_heads = c.num_heads;
+    sc.dtype = c.dtype;
+    sc.kv_dtype = c.kv_dtype;
+    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    // Histories: 200, 60, 0 (fresh) and 300 tokens, written by single steps on both sides.
+    const int64_t history[4] = {200, 60, 0, 300};
+    const int64_t batch_t[4] = {1, 1000, 130, 5};
+    std::string ids[2][4];
+    for (int side = 0; side < 2; ++side) {
+      Side &s = side == 0 ? cpu_ : gpu_;
+      for (int j = 0; j < 4; ++j) {
+        auto created = s.store->Create("test", sc);
+        ASSERT_TRUE(created.ok()) << created.status().ToString();
+        ids[side][j] = created->seq->id;
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      if (history[j] > 0) {
+        Step(cpu_, gpu_, ids[0][j], ids[1][j], c, 0, 0, history[j], rng,
+             "history of sequence " + std::to_string(j));
+      }
+    }
+    std::vector<OwnedStep> inputs(4);
+    for (int j = 0; j < 4; ++j) FillStep(&inputs[j], c, 0, history[j], batch_t[j], rng);
+    std::string outs[2][4];
+    ExtendOutcome outcomes[2][4];
+    const std::string owner = "test";
+    for (int side = 0; side < 2; ++side) {
+      Side &s = side == 0 ? cpu_ : gpu_;
+      std::vector<ExtendArgs> args(4);
+      std::vector<BatchedExtend> steps(4);
+      for (int j = 0; j < 4; ++j) {
+        args[j] = inputs[j].args;
+        args[j].sequence_id = ids[side][j];
+        steps[j].args = &args[j];
+        steps[j].owner = &owner;
+        steps[j].o = &outs[side][j];
+        steps[j].outcome = &outcomes[side][j];
+      }
+      RunExtendSteps(s.store.get(), s.compute.get(), steps.data(), steps.size());
+      for (int j = 0; j < 4; ++j) {
+        ASSERT_TRUE(steps[j].status.ok()) << (side ? "gpu" : "cpu") << " step " << j << ": "
+                                          << steps[j].status.ToString();
+      }
+      if (side == 1) {
+        EXPECT_EQ(steps[0].launch_size, 4) << "the four steps share one attention call";
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = batch_t[j] * c.num_heads * c.head_dim;
+      ASSERT_EQ(outs[0][j].size(), outs[1][j].size());
+      double diff = 0, ref = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = kernels::LoadAsFloat(outs[1][j].data(), c.dtype, i);
+        const double r = kernels::LoadAsFloat(outs[0][j].data(), c.dtype, i);
+        ASSERT_TRUE(std::isfinite(g)) << "batched step " << j << ": gpu output " << i << " is "
+                                      << g;
+        diff += (g - r) * (g - r);
+        ref += r * r;
+      }
+      const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+      EXPECT_LE(rel, Tolerance(c)) << "batched step " << j << " (" << Name(c) << ")";
+      std::printf("  %-28s batched T=%-4lld over %-4lld rel %.2e\n", Name(c).c_str(),
+                  static_cast<long long>(batch_t[j]), static_cast<long long>(history[j]), rel);
+    }
+    for (int side = 0; side < 2; ++side) {
+      Side &s = side == 0 ? cpu_ : gpu_;
+      for (int j = 0; j < 4; ++j) ASSERT_TRUE(s.store->Release(ids[side][j], "test", nullptr).ok());
     }
   }
   for (const KvClassStats &st : gpu_.pages->Stats()) {

@@ -719,6 +719,59 @@ TEST_F(PagedDecodeGpu, LargeBatch) {
   RunAll(cases);
 }
 
+/// Pages smaller than a loader thread's run of rows (8 rows for 16-bit H=128, 4 for 16-bit H=64
+/// and FP8 H=128, 2 for FP8 H=64): 1, 2, 4 and 8 tokens, where the kernel looks every row up
+/// on its own instead of one block-table entry per thread per tile; T=1 and T=3, one and three
+/// partitions (partitions that start mid-sequence).
+TEST_F(PagedDecodeGpu, SmallPages) {
+  std::vector<Case> cases;
+  uint64_t seed = 600;
+  for (auto [dt, kdt] : {std::pair{kBF16, kBF16}, std::pair{kF16, kF16}, std::pair{kBF16, kE4M3},
+                         std::pair{kF16, kE4M3}})
+    for (int64_t H : {64, 128})
+      for (int64_t pt : {1, 2, 4, 8}) {
+        Case c;
+        c.dtype = dt;
+        c.kv_dtype = kdt;
+        c.H = H;
+        c.page_tokens = pt;
+        c.N = 8;
+        c.K = 2;
+        c.partitions = pt == 2 ? 3 : 0;
+        c.seed = seed++;
+        c.name = "small pages";
+        c.q_lens = {1, 3, 1, 3};
+        c.kv_lens = {1, 70, 0, 333};
+        cases.push_back(c);
+      }
+  RunAll(cases);
+}
+
+/// Long sequences, one partition (the plan may pick more): many tiles per block, so the
+/// block-table entries loaded a tile ahead and the L2 prefetches run far past the prologue;
+/// 16-token pages, all (dtype, kv dtype) pairs, page-aligned and ragged lengths.
+TEST_F(PagedDecodeGpu, LongSequences) {
+  std::vector<Case> cases;
+  uint64_t seed = 700;
+  for (auto [dt, kdt] : {std::pair{kBF16, kBF16}, std::pair{kF16, kF16}, std::pair{kBF16, kE4M3},
+                         std::pair{kF16, kE4M3}})
+    for (int64_t parts : {1, 0}) {
+      Case c;
+      c.dtype = dt;
+      c.kv_dtype = kdt;
+      c.H = 128;
+      c.N = 8;
+      c.K = 2;
+      c.partitions = parts;
+      c.seed = seed++;
+      c.name = "long";
+      c.q_lens = {1, 2};
+      c.kv_lens = {4096, 3001};
+      cases.push_back(c);
+    }
+  RunAll(cases);
+}
+
 /// Sharp softmax (queries × 8) for the 16-bit paths, with many partitions.
 TEST_F(PagedDecodeGpu, SharpLogits) {
   std::vector<Case> cases;

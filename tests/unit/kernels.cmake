@@ -6,3 +6,12 @@ gtest_discover_tests(attn_cpu_reference_test DISCOVERY_TIMEOUT 60)
 add_executable(attn_host_dtype_test ${CMAKE_CURRENT_LIST_DIR}/host_dtype_test.cc)
 target_link_libraries(attn_host_dtype_test PRIVATE attn_kernels GTest::gtest_main)
 gtest_discover_tests(attn_host_dtype_test DISCOVERY_TIMEOUT 60)
+
+# The fused family's paged K/V host logic (Supports, refusals, tile list, page arithmetic): CUDA
+# builds only (the family is built only with CUDA), but no device needed.
+if(ATTN_CUDA)
+  add_executable(attn_fused_paged_plan_test ${CMAKE_CURRENT_LIST_DIR}/fused_paged_plan_test.cc)
+  target_include_directories(attn_fused_paged_plan_test PRIVATE ${PROJECT_SOURCE_DIR}/kernels/fused)
+  target_link_libraries(attn_fused_paged_plan_test PRIVATE attn_kernels GTest::gtest_main)
+  gtest_discover_tests(attn_fused_paged_plan_test DISCOVERY_TIMEOUT 60)
+endif()

@@ -25,9 +25,14 @@
 // Memory traffic: q, k, v read (K/V once per BLOCK_M query rows and query head), o and lse
 //   written once. No workspace.
 //
-// Thread-safety: FusedSupports is pure. FusedPlanFor touches the CUDA runtime (attribute
-// queries, cudaFuncSetAttribute for the chosen kernel on `device`) and is safe to call
-// concurrently. FusedRun may be called concurrently on any streams with the same plan.
+// Paged K/V (FusedPagedPlanFor / FusedPagedRun, below): the same kernel reading K and V through
+//   a paged KV cache's block tables (paged_kv.h), for prefill over the cache: varlen queries,
+//   S_b from kv_lengths, one tile variant per head dim (64 and 128), fp16/bf16 pages only.
+//
+// Thread-safety: FusedSupports and FusedPagedSupports are pure. FusedPlanFor and
+// FusedPagedPlanFor touch the CUDA runtime (attribute queries, cudaFuncSetAttribute for the
+// chosen kernel on `device`) and are safe to call concurrently. FusedRun and FusedPagedRun may
+// be called concurrently on any streams with the same plan.
 // Built only when ATTN_CUDA is on; this header needs cuda_runtime_api.h.
 #pragma once
 
@@ -37,6 +42,7 @@
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
+#include "attn/kernels/paged_kv.h"
 #include "attn/kernels/status.h"
 
 namespace attn::kernels {
@@ -100,5 +106,92 @@ StatusOr<FusedPlan> FusedPlanFor(const AttentionShape& shape, int device,
 /// launch fails. An empty problem (B, T or N zero) enqueues nothing and returns Ok.
 Status FusedRun(const FusedPlan& plan, const AttentionTensors& device_tensors,
                 cudaStream_t stream);
+
+// ---- Paged K/V: prefill over a paged KV cache ---------------------------------------------
+//
+// Queries packed (total_q, N, H) in dtype, T_b = q_offsets[b+1] - q_offsets[b] rows for
+// sequence b; its keys and values are the first S_b = batch.kv_lengths[b] tokens of its pages
+// (token j at page block_tables[b * stride + j / page_tokens], slot j % page_tokens, format of
+// paged_kv.h). The mask is shape.mask with the varlen semantics of attention_problem.h; the
+// default, bottom-right causal, makes the T_b query rows the LAST T_b tokens of the S_b-token
+// history (row i sees keys j <= i + S_b - T_b): a prefill step whose K/V were appended first,
+// with or without a prefix already cached. Rows that see no key get zeros and lse = -inf.
+// Output o (total_q, N, H) in dtype; lse (N, total_q) float32 (optional), natural log.
+// Same algorithm, tiles and arithmetic as FusedRun: on the same data the contiguous kernel with
+// FusedPlanOptions::variant = plan.variant (varlen K/V) gives bit-identical o and lse.
+// Pages: 16-bit only, in the query dtype. FP8 E4M3 pages are not implemented here; they run on
+// the paged decode kernels (paged_decode.h), which dequantise in registers.
+
+/// What FusedPagedPlanFor is keyed on.
+struct FusedPagedShape {
+  DType dtype = DType::kBFloat16;     ///< q and o: kFloat16 or kBFloat16
+  DType kv_dtype = DType::kBFloat16;  ///< the pool's page dtype: must equal dtype
+  int64_t batch = 0;                  ///< B sequences (<= 65535)
+  int64_t max_q_len = 0;              ///< >= every T_b (the grid has ceil(max_q_len/block_m) rows)
+  int64_t max_kv_len = 0;             ///< >= every S_b (larger S_b are clamped to it)
+  int64_t total_q = 0;                ///< Σ T_b: rows of q/o (the lse row stride)
+  int64_t num_heads = 0;              ///< N
+  int64_t num_kv_heads = 0;           ///< K, N % K == 0
+  int64_t head_dim = 0;               ///< H: 64 or 128
+  int64_t page_tokens = 16;           ///< the pool's page_tokens: a power of two in [1, 65536]
+  MaskSpec mask{CausalAlignment::kBottomRight, -1, -1};
+  float scale = 0.f;                  ///< softmax scale (> 0); callers resolve 1/sqrt(H)
+  bool return_lse = false;
+};
+
+/// Host decisions for one FusedPagedShape on one device. A value type: cache it by shape.
+struct FusedPagedPlan {
+  FusedPagedShape shape;
+  int device = 0;
+  /// The contiguous tile variant with the same tile (FusedPlanOptions::variant): same
+  /// arithmetic, so bit-identical results on the same data (tests, benchmarks).
+  int variant = 0;
+  int block_m = 0;     ///< query rows per block
+  int block_n = 0;     ///< keys per K/V tile (any page size: pages are looked up per tile row)
+  int warps = 0;       ///< warps per block
+  int smem_bytes = 0;  ///< dynamic shared memory per block
+  int64_t grid_x = 0;  ///< ceil(max_q_len / block_m)
+  int64_t grid_y = 0;  ///< N
+  int64_t grid_z = 0;  ///< B
+  const void* launch = nullptr;  ///< internal: the instantiated launcher (opaque)
+  /// "fused-paged bf16 h128 bm64 bn64 w4 pt16 smem40960" for reports.
+  std::string Describe() const;
+};
+
+/// Queries and outputs of one paged launch (device pointers).
+struct FusedPagedQueries {
+  const void* q = nullptr;             ///< (total_q, N, H) dtype, 16-byte aligned
+  const int64_t* q_offsets = nullptr;  ///< (B+1) int64 exclusive prefix sum of T_b, [0] = 0
+  void* o = nullptr;                   ///< (total_q, N, H) dtype, 16-byte aligned; fully written
+  float* lse = nullptr;                ///< (N, total_q) float32; non-null iff shape.return_lse
+};
+
+/// Ok if the paged fused kernel can compute `shape`; otherwise why not:
+///   UNIMPLEMENTED: FP8 E4M3 pages (16-bit pages only; the paged decode kernels read FP8), a
+///     head dim other than 64 or 128 (the only paged instantiations).
+///   INVALID_ARGUMENT: a kv dtype that is neither FP8 nor the query dtype, a page size that is
+///     not a power of two in [1, 65536], total_q < 0, and every INVALID_ARGUMENT of FusedSupports
+///     (heads, N % K, negative sizes, grid limits, lengths at or above 2^30).
+///   FAILED_PRECONDITION: as FusedSupports (a q dtype other than fp16/bf16, a scale that is not
+///     positive and finite).
+Status FusedPagedSupports(const FusedPagedShape& shape);
+
+/// Chooses the tile and grid for `shape` on CUDA device `device` and raises the kernel's dynamic
+/// shared memory limit there. Errors: those of FusedPagedSupports; UNAVAILABLE without a CUDA
+/// device; FAILED_PRECONDITION below sm_80, without a kernel image for the device, or when the
+/// (possibly L4-emulated) shared memory per block is below the tile's need; INTERNAL naming the
+/// cudaError_t of a failed runtime call. Safe to call concurrently.
+StatusOr<FusedPagedPlan> FusedPagedPlanFor(const FusedPagedShape& shape, int device);
+
+/// Enqueues the paged kernel on `stream` (of plan.device): no allocation, no synchronisation,
+/// graph-capturable. `pool` must match the shape (K, H, page_tokens, kv dtype == dtype; pages
+/// 16-byte aligned); batch.batch == shape.batch; every S_b in [0, shape.max_kv_len] with
+/// block-table entries for its ceil(S_b / page_tokens) blocks, each a page of the pool (entries
+/// past those and slots past S_b are never read); every T_b <= shape.max_q_len with
+/// Σ T_b == shape.total_q. Inputs are only read; o (every row < total_q) and lse are fully
+/// written. Errors: INVALID_ARGUMENT for mismatches or missing pointers; INTERNAL naming the
+/// cudaError_t of a failed launch. B == 0, N == 0 or max_q_len == 0 enqueues nothing.
+Status FusedPagedRun(const FusedPagedPlan& plan, const PagedKvPool& pool, const PagedBatch& batch,
+                     const FusedPagedQueries& queries, cudaStream_t stream);
 
 }  // namespace attn::kernels

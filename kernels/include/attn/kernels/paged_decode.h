@@ -26,9 +26,11 @@
 //    partition, chunk of 16 query rows), where the 16 rows are (query token, query head of the
 //    kv head's group) pairs, so each K/V page is loaded from memory once for all G = N/K query
 //    heads. K/V tiles of 64 tokens stream through shared memory with cp.async (3-4 stages,
-//    16-byte copies, page looked up per token row); S = Q·Kᵀ and O += P·V run on mma.sync
-//    m16n8k16 tensor cores with fp32 accumulation (FP8 pages are dequantised to fp16 in
-//    registers; the K scale is applied once to the logits and the V scale once to the output).
+//    16-byte copies; each thread copies a run of consecutive rows, so with pages of at least
+//    that many tokens one block-table entry per thread and tile, loaded a tile ahead; smaller
+//    pages look every row up); S = Q·Kᵀ and O += P·V run on mma.sync m16n8k16 tensor cores
+//    with fp32 accumulation (FP8 pages are converted to fp16 in registers with
+//    cvt.rn.f16x2.e4m3x2 on sm_89+; the K scale is applied once to the logits and the V scale once to the output).
 //    With one partition the kernel writes o and lse directly; otherwise each block writes its
 //    partition's normalised partial output (fp32) and lse into the workspace and a merge kernel
 //    combines the partitions by lse into o (dtype) and lse.
