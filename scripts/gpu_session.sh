@@ -13,7 +13,7 @@
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
 # Python client) are installed into /tmp/site first. A bundle carried compressed as
-# .carry/bundle.tgz (scripts/bundle.sh, then `tar -C .bundle -czf .carry/bundle.tgz attn`, to
+# .carry/bundle.txz (scripts/bundle.sh, then `tar -C .bundle -cJf .carry/bundle.txz attn`, to
 # leave room in the carry for the MiniLM weights) is unpacked into .bundle/ first.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,8 +30,10 @@ if [ -n "$wheels" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site $wheels && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-if [ -f "$root/.carry/bundle.tgz" ]; then
-  rm -rf "$root/.bundle" && mkdir -p "$root/.bundle" && tar -C "$root/.bundle" -xzf "$root/.carry/bundle.tgz"
+if [ -f "$root/.carry/bundle.txz" ]; then  # xz through Python's tarfile: no xz binary needed
+  rm -rf "$root/.bundle" && mkdir -p "$root/.bundle" &&
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$root/.carry/bundle.txz" "$root/.bundle"
 fi
 # cuDNN 9.19 from PyTorch's environment (DESIGN.md §11) for the bundled binaries.
 CUDNN_LIB_DIR=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)

@@ -296,6 +296,10 @@ Comparison VerifyExtend(const Shape& s, int layer, int64_t position, int64_t t, 
   return CompareOutputs(o, ref, s.h, ToleranceFor(s.dtype));
 }
 
+int64_t Micros(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
 struct Stats {
   int64_t sessions = 0, sessions_ok = 0, prefill_tokens = 0, decode_steps = 0;
   HdrHistogram prefill_us, step_us, message_us;
@@ -304,6 +308,11 @@ struct Stats {
   // Batched steps: the batch's wall time, its kernels' device time and the difference (the
   // server's own time per batched step), PhaseTimes.batch_us / batch_kernel_us.
   HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us;
+  // Steady-state decode window (µs since the run's start): when each decode step completed,
+  // when each session's prefill completed, when each session's decoding ended.
+  Clock::time_point start;
+  std::vector<int64_t> step_done_us, prefill_done_us, decode_end_us;
+  int64_t Since(Clock::time_point t) const { return Micros(t - start); }
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0, mismatches = 0;
@@ -347,6 +356,10 @@ struct Stats {
     server_batch_us.Merge(o.server_batch_us);
     server_batch_kernel_us.Merge(o.server_batch_kernel_us);
     server_overhead_us.Merge(o.server_overhead_us);
+    step_done_us.insert(step_done_us.end(), o.step_done_us.begin(), o.step_done_us.end());
+    prefill_done_us.insert(prefill_done_us.end(), o.prefill_done_us.begin(),
+                           o.prefill_done_us.end());
+    decode_end_us.insert(decode_end_us.end(), o.decode_end_us.begin(), o.decode_end_us.end());
     for (const auto& [k, v] : o.errors) errors[k] += v;
     for (const auto& [k, v] : o.first_messages) first_messages.emplace(k, v);
     verified += o.verified;
@@ -359,10 +372,6 @@ struct Stats {
   }
 };
 
-int64_t Micros(Clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-}
-
 // One live sequence of a worker.
 struct Live {
   int64_t index = 0;
@@ -372,6 +381,21 @@ struct Live {
   bool verify = false;
   bool failed = false;
 };
+
+/// The steady-state decode rate: decode steps completed between the last prefill's completion
+/// and the first session's end of decoding, divided by that window (every session is decoding
+/// throughout it when --requests <= --concurrency). No window (0) otherwise.
+void SteadyWindow(const Stats& all, SessionReport* r) {
+  if (all.prefill_done_us.empty() || all.decode_end_us.empty()) return;
+  const int64_t from = *std::max_element(all.prefill_done_us.begin(), all.prefill_done_us.end());
+  const int64_t to = *std::min_element(all.decode_end_us.begin(), all.decode_end_us.end());
+  if (to <= from) return;
+  int64_t n = 0;
+  for (int64_t t : all.step_done_us) n += (t > from && t <= to) ? 1 : 0;
+  r->steady_window_s = static_cast<double>(to - from) * 1e-6;
+  r->steady_decode_steps = n;
+  r->steady_decode_steps_per_s = static_cast<double>(n) / r->steady_window_s;
+}
 
 class SessionRunner {
  public:
@@ -387,6 +411,7 @@ class SessionRunner {
   SessionReport Run() {
     start_ = Clock::now();
     std::vector<Stats> per(static_cast<size_t>(o_.run.concurrency));
+    for (auto& p : per) p.start = start_;
     std::vector<std::thread> threads;
     for (int w = 0; w < o_.run.concurrency; ++w) {
       threads.emplace_back([this, &per, w] { Work(&per[static_cast<size_t>(w)]); });
@@ -407,6 +432,7 @@ class SessionRunner {
     r.prefill_tokens = all.prefill_tokens;
     r.decode_steps = all.decode_steps;
     r.decode_steps_per_s = wall > 0 ? all.decode_steps / wall : 0;
+    SteadyWindow(all, &r);
     r.prefill_ms = Summarize(all.prefill_us);
     r.step_ms = Summarize(all.step_us);
     r.message_ms = Summarize(all.message_us);
@@ -538,8 +564,10 @@ class SessionRunner {
           if (!ExtendUnary(stub, s, layer, DecodePosition(s->plan, step), 1, st)) return false;
         }
         st->step_us.Record(Micros(Clock::now() - t0));
+        st->step_done_us.push_back(st->Since(Clock::now()));
         ++st->decode_steps;
       }
+      st->decode_end_us.push_back(st->Since(Clock::now()));
       return true;
     }
     grpc::ClientContext ctx;
@@ -576,9 +604,11 @@ class SessionRunner {
       }
       if (ok) {
         st->step_us.Record(Micros(Clock::now() - t0));
+        st->step_done_us.push_back(st->Since(Clock::now()));
         ++st->decode_steps;
       }
     }
+    if (ok) st->decode_end_us.push_back(st->Since(Clock::now()));
     stream->WritesDone();
     const grpc::Status status = stream->Finish();
     if (!status.ok()) {
@@ -610,6 +640,7 @@ class SessionRunner {
       return false;
     }
     st->prefill_us.Record(Micros(Clock::now() - t0));
+    st->prefill_done_us.push_back(st->Since(Clock::now()));
     return true;
   }
 
@@ -693,11 +724,14 @@ class SessionRunner {
             }
           }
         }
-        const int64_t us = Micros(Clock::now() - t0);
+        const auto done = Clock::now();
+        const int64_t us = Micros(done - t0);
         for (Live* s : active) {
           if (s->failed) continue;
           st->step_us.Record(us);
+          st->step_done_us.push_back(st->Since(done));
           ++st->decode_steps;
+          if (step + 1 == s->plan.generated_tokens) st->decode_end_us.push_back(st->Since(done));
         }
       }
       for (auto& s : group) {
@@ -752,6 +786,7 @@ class SessionRunner {
       return;
     }
     st->prefill_us.Record(Micros(Clock::now() - t0));
+    st->prefill_done_us.push_back(st->Since(Clock::now()));
     if (!Decode(stub, &s, st)) {
       ReleaseSeq(stub, s.id, st);
       return;
@@ -815,6 +850,12 @@ std::string FormatSessionReport(const SessionReport& r) {
       << "prefill tokens         " << r.prefill_tokens << "\n"
       << "decode steps           " << r.decode_steps << " (" << Fmt(r.decode_steps_per_s, 1)
       << " steps/s)\n";
+  if (r.steady_window_s > 0) {
+    out << "steady decode          " << r.steady_decode_steps << " steps in "
+        << Fmt(r.steady_window_s, 3) << " s (" << Fmt(r.steady_decode_steps_per_s, 1)
+        << " steps/s, all sessions decoding: after the last prefill, before the first "
+           "session ended)\n";
+  }
   out << LatencyLine("prefill latency", r.prefill_ms) << LatencyLine("decode step latency", r.step_ms);
   if (r.message_ms.count > 0) out << LatencyLine("stream message latency", r.message_ms);
   if (r.server_batch_size.count > 0) {
@@ -864,6 +905,9 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["prefill_tokens"] = r.prefill_tokens;
   j["decode_steps"] = r.decode_steps;
   j["decode_steps_per_s"] = r.decode_steps_per_s;
+  j["steady_window_s"] = r.steady_window_s;
+  j["steady_decode_steps"] = r.steady_decode_steps;
+  j["steady_decode_steps_per_s"] = r.steady_decode_steps_per_s;
   j["prefill_latency_ms"] = LatencyJson(r.prefill_ms);
   j["decode_step_latency_ms"] = LatencyJson(r.step_ms);
   j["stream_message_latency_ms"] = LatencyJson(r.message_ms);

@@ -153,6 +153,11 @@ struct SessionReport {
   int64_t prefill_tokens = 0;
   int64_t decode_steps = 0;  // OK session-steps (one token through every layer)
   double decode_steps_per_s = 0;
+  // Steady state (SteadyWindow): steps completed while every session was decoding, between the
+  // last prefill's completion and the first session's end of decoding; 0 when no such window.
+  double steady_window_s = 0;
+  int64_t steady_decode_steps = 0;
+  double steady_decode_steps_per_s = 0;
   LatencySummary prefill_ms;  // CreateSequence/ForkSequence start -> last layer's prefill done
   LatencySummary step_ms;     // one decode step through every layer
   LatencySummary message_ms;  // stream: write of a request -> read of its result
