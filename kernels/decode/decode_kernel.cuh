@@ -747,7 +747,10 @@ __global__ void __launch_bounds__(128) MergeKernel(const __grid_constant__ Merge
   const int64_t rows = static_cast<int64_t>(p.batch) * p.max_q_len;  // workspace rows per part
   const int64_t wrow0 = static_cast<int64_t>(b) * p.max_q_len + t;
   const int quads = p.head_dim / 4;
-  for (int idx = threadIdx.x; idx < p.num_heads * quads; idx += blockDim.x) {
+  // blockIdx.y picks a slice of blockDim.x (head, quad) pairs: with one query row per sequence
+  // (decode) a single block per row would leave the GPU nearly idle (B = 1: one block).
+  for (int idx = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+       idx < p.num_heads * quads; idx += static_cast<int>(gridDim.y * blockDim.x)) {
     const int head = idx / quads;
     const int d = (idx % quads) * 4;
     float m = kNegInf;
@@ -802,7 +805,10 @@ cudaError_t DecodePrepare(int smem_bytes, int* blocks_per_sm) {
 
 template <int kDType>
 cudaError_t MergeLaunch(const MergeParams& params, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(params.batch * params.max_q_len));
+  // One thread per (head, 4 output elements) of a query row, 128 per block.
+  const int pairs = params.num_heads * (params.head_dim / 4);
+  const dim3 grid(static_cast<unsigned>(params.batch * params.max_q_len),
+                  static_cast<unsigned>((pairs + 127) / 128));
   MergeKernel<kDType><<<grid, 128, 0, stream>>>(params);
   return cudaGetLastError();
 }
