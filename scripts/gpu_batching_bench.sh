@@ -64,6 +64,7 @@ for mode in ("on", "on1", "off"):
                  "server_batch_ms": j.get("server_batch_ms"),
                  "server_batch_kernel_ms": j.get("server_batch_kernel_ms"),
                  "server_overhead_ms": j.get("server_overhead_ms"),
+                 "server_copy_ms": j.get("server_copy_ms"),
                  "mismatches": j.get("mismatches"), "errors": j.get("errors")}
 # Issue 6: p99 queue time <= max-queue-delay (0 here: the scheduler takes what waits) plus one
 # batch's run time (the p99 of the batch wall time, a conservative reading).

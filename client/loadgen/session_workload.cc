@@ -307,7 +307,7 @@ struct Stats {
   HdrHistogram server_batch, server_queue_us;
   // Batched steps: the batch's wall time, its kernels' device time and the difference (the
   // server's own time per batched step), PhaseTimes.batch_us / batch_kernel_us.
-  HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us;
+  HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us, server_copy_us;
   // Steady-state decode window (µs since the run's start): when each decode step completed,
   // when each session's prefill completed, when each session's decoding ended.
   Clock::time_point start;
@@ -341,6 +341,8 @@ struct Stats {
       server_batch_us.Record(t.batch_us());
       server_batch_kernel_us.Record(std::max<int64_t>(t.batch_kernel_us(), 0));
       server_overhead_us.Record(std::max<int64_t>(t.batch_us() - t.batch_kernel_us(), 0));
+      server_copy_us.Record(
+          std::max<int64_t>(t.host_to_device_us(), 0) + std::max<int64_t>(t.device_to_host_us(), 0));
     }
   }
   void Merge(const Stats& o) {
@@ -356,6 +358,7 @@ struct Stats {
     server_batch_us.Merge(o.server_batch_us);
     server_batch_kernel_us.Merge(o.server_batch_kernel_us);
     server_overhead_us.Merge(o.server_overhead_us);
+    server_copy_us.Merge(o.server_copy_us);
     step_done_us.insert(step_done_us.end(), o.step_done_us.begin(), o.step_done_us.end());
     prefill_done_us.insert(prefill_done_us.end(), o.prefill_done_us.begin(),
                            o.prefill_done_us.end());
@@ -441,6 +444,7 @@ class SessionRunner {
     r.server_batch_ms = Summarize(all.server_batch_us);
     r.server_batch_kernel_ms = Summarize(all.server_batch_kernel_us);
     r.server_overhead_ms = Summarize(all.server_overhead_us);
+    r.server_copy_ms = Summarize(all.server_copy_us);
     r.errors = all.errors;
     r.first_messages = all.first_messages;
     r.verified = all.verified;
@@ -868,7 +872,8 @@ std::string FormatSessionReport(const SessionReport& r) {
   if (r.server_batch_ms.count > 0) {
     out << LatencyLine("server batch wall", r.server_batch_ms)
         << LatencyLine("server batch kernels", r.server_batch_kernel_ms)
-        << LatencyLine("server own time/batch", r.server_overhead_ms);
+        << LatencyLine("server own time/batch", r.server_overhead_ms)
+        << LatencyLine("  of which copies", r.server_copy_ms);
   }
   if (r.workload.rfind("mooncake", 0) == 0) {
     out << "forks                  " << r.forks << " (" << r.tokens_saved
@@ -916,6 +921,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["server_batch_ms"] = LatencyJson(r.server_batch_ms);
   j["server_batch_kernel_ms"] = LatencyJson(r.server_batch_kernel_ms);
   j["server_overhead_ms"] = LatencyJson(r.server_overhead_ms);
+  j["server_copy_ms"] = LatencyJson(r.server_copy_ms);
   j["errors"] = r.errors;
   j["first_error_messages"] = r.first_messages;
   j["verified"] = r.verified;

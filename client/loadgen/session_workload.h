@@ -169,6 +169,7 @@ struct SessionReport {
   LatencySummary server_batch_ms;
   LatencySummary server_batch_kernel_ms;
   LatencySummary server_overhead_ms;
+  LatencySummary server_copy_ms;  // host->device + device->host copy time of the step's launches
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0;  // outputs checked against the oracle
