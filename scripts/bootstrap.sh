@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev libcli11-dev nlohmann-json3-dev
+  libxxhash-dev
   libgtest-dev libgmock-dev googletest libssl-dev zlib1g-dev libc-ares-dev libre2-dev
   prometheus python3 python3-venv python3-pip
   clang libclang-rt-dev  # request fuzzer (scripts/fuzz.sh): clang with the libFuzzer runtime

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
-#include <string_view>
 #include <vector>
 
 #include "attn/kernels/host_dtype.h"
 #include "attn/kernels/paged_kv_cpu.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace attn {
 namespace {
@@ -21,12 +22,13 @@ std::string Shape3(const std::array<int64_t, 3> &s) {
   return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "]";
 }
 
+/// The replay digest of a step: XXH3-64 over q, then k and v each seeded with the digest so far
+/// (xxHash runs at tens of GB/s; std::hash's byte-wise Murmur took ~8 µs per decode step of
+/// N32 K8 H128 bf16, the largest host cost of a batched step on the H200, bench/NOTES.md).
 uint64_t Digest(const ExtendArgs &a) {
-  std::hash<std::string_view> h;
-  uint64_t d = h(std::string_view(static_cast<const char *>(a.q), a.q_bytes));
-  d = d * 0x9e3779b97f4a7c15ull ^ h(std::string_view(static_cast<const char *>(a.k), a.k_bytes));
-  d = d * 0x9e3779b97f4a7c15ull ^ h(std::string_view(static_cast<const char *>(a.v), a.v_bytes));
-  return d;
+  uint64_t d = XXH3_64bits(a.q, static_cast<size_t>(a.q_bytes));
+  d = XXH3_64bits_withSeed(a.k, static_cast<size_t>(a.k_bytes), d);
+  return XXH3_64bits_withSeed(a.v, static_cast<size_t>(a.v_bytes), d);
 }
 
 Status CheckArgs(const SequenceConfig &c, const ExtendArgs &a) {
