@@ -1,5 +1,6 @@
 #include "backends/calibration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -176,6 +177,10 @@ StatusOr<CalibrationTable> LoadCalibration(const std::string& path,
   return t;
 }
 
+int64_t RepresentativeLength(int64_t length_class) {
+  return std::max<int64_t>(1, length_class * 3 / 4);
+}
+
 std::vector<AttentionShape> GridShapes(const CalibrationGrid& g) {
   std::vector<AttentionShape> out;
   for (DType d : g.dtypes) {
@@ -186,7 +191,7 @@ std::vector<AttentionShape> GridShapes(const CalibrationGrid& g) {
             AttentionShape s;
             s.dtype = d;
             s.batch = 1;
-            s.max_q_len = s.max_kv_len = len;
+            s.max_q_len = s.max_kv_len = RepresentativeLength(len);
             s.num_heads = 16;
             s.num_kv_heads = grp == "mha" ? 16 : (grp == "mqa" ? 1 : 4);
             s.head_dim = h;

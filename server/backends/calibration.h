@@ -74,8 +74,15 @@ Status SaveCalibration(const std::string& path, const CalibrationTable& table);
 StatusOr<CalibrationTable> LoadCalibration(const std::string& path,
                                            const std::string& device_key);
 
-/// The representative shape of each grid bucket (B = 1, T = S = length, padded, no lengths,
-/// scale 1/sqrt(H)), in grid order.
+/// The length timed for a length class: 3/4 of it (96, 384, 1536, 6144 for the default grid),
+/// inside the class (BucketOf maps it back) and off the power-of-two lengths where the cudnn
+/// backend runs a dense graph instead of its bucketed ragged one. Most requests are off those
+/// points; on the H200 (2026-11-30, bench/NOTES.md) timing only on them made auto pick cudnn
+/// where, for held-out Azure lengths, fused was 1.5-4.8x faster.
+int64_t RepresentativeLength(int64_t length_class);
+
+/// The representative shape of each grid bucket (B = 1, T = S = RepresentativeLength(length),
+/// padded, no lengths, scale 1/sqrt(H)), in grid order.
 std::vector<kernels::AttentionShape> GridShapes(const CalibrationGrid& grid);
 
 }  // namespace attn

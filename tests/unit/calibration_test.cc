@@ -52,6 +52,27 @@ TEST(CalibrationBuckets, NearestLengthClassInLog2) {
   EXPECT_EQ(BucketOf(w, kLengths), "bf16 h64 mha br+win varlen L128");
 }
 
+// The grid times 3/4 of each length class: inside the class (BucketOf maps it back) and off
+// the powers of two where cudnn would run its dense graph rather than the ragged one most
+// requests get.
+TEST(CalibrationGrid, RepresentativeShapesAreInsideTheirClassAndOffPowersOfTwo) {
+  CalibrationGrid g;
+  g.dtypes = {DType::kBFloat16};
+  g.head_dims = {64};
+  g.groups = {"mha"};
+  g.masks = {CausalAlignment::kBottomRight};
+  g.lengths = {128, 512, 2048, 8192};
+  const std::vector<AttentionShape> shapes = GridShapes(g);
+  ASSERT_EQ(shapes.size(), g.lengths.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const int64_t L = g.lengths[i];
+    EXPECT_EQ(shapes[i].max_q_len, L * 3 / 4);
+    EXPECT_EQ(shapes[i].max_kv_len, L * 3 / 4);
+    EXPECT_NE(shapes[i].max_q_len & (shapes[i].max_q_len - 1), 0) << "a power of two";
+    EXPECT_EQ(BucketOf(shapes[i], g.lengths), "bf16 h64 mha br padded L" + std::to_string(L));
+  }
+}
+
 TEST(CalibrationSelect, FastestThatPassedParityWins) {
   // Injected timings: cudnn fastest in A but failed parity; fused then wins A.
   std::vector<CalibrationSample> samples = {
