@@ -45,7 +45,7 @@ for step in $steps; do
     check)
       say "check"
       mkdir -p "$OUT/check"
-      OUT="$OUT/check" timeout 420 bash "$root/scripts/gpu_check.sh" >"$OUT/check/gpu_check.txt" 2>&1
+      OUT="$OUT/check" timeout 580 bash "$root/scripts/gpu_check.sh" >"$OUT/check/gpu_check.txt" 2>&1
       echo "gpu_check exit $?" >>"$OUT/check/gpu_check.txt"
       tail -n 25 "$OUT/check/gpu_check.txt"
       ;;
