@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_finite.h"
 #include "loadgen/dtype_codec.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
@@ -473,6 +474,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "No progress line on stderr (printed once a second otherwise)");
   app.add_flag("--fail-on-error", fail_on_error,
                "Exit 1 if any request failed or any verified response mismatched");
+  attn::RejectNonFiniteNumbers(app);
   CLI11_PARSE(app, argc, argv);
   for (ChannelSecurity* s : {&run.security, &sweep_args.run.security}) {
     if (const std::string e = LoadChannelSecurity(s); !e.empty()) {

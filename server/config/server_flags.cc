@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cli_finite.h"
 #include "version.h"
 
 namespace attn {
@@ -181,6 +182,7 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
     for (char ch : name) env.push_back(ch == '-' ? '_' : static_cast<char>(std::toupper(ch)));
     opt->envname(env);
   }
+  RejectNonFiniteNumbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

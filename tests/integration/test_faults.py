@@ -156,6 +156,41 @@ def test_stream_cancelled_in_process():
         assert server.stop() == 0
 
 
+def test_drain_timeout_bounds_shutdown_with_a_long_call_running():
+    """--drain-timeout-s bounds the exit even while a computation that cannot be interrupted
+    runs: a CPU Attend of many seconds is in flight at SIGTERM, the process exits with code 3
+    shortly after the timeout, and that call's client gets an error, not a hang."""
+    server = ServerProc("--threads", "2", "--cpu-threads", "1", "--drain-timeout-s", "1")
+    result = {}
+    try:
+        rng = np.random.default_rng(3)
+        t = 8192  # ~140 GFLOP on one CPU thread: many seconds, far longer than the drain
+        q, k, v = (rng.standard_normal((1, t, 8, 64)).astype(np.float32) for _ in range(3))
+
+        def long_call():
+            try:
+                with AttentionClient(server.target, timeout=300) as c:
+                    c.attend(q, k, v, backend="cpu")
+                result["outcome"] = "OK"
+            except Exception as e:  # noqa: BLE001 (any error ends the call: that is the point)
+                result["outcome"] = code_name(e)
+
+        th = threading.Thread(target=long_call)
+        th.start()
+        time.sleep(3.0)  # sent (48 MB), decoded and computing
+        assert "outcome" not in result, f"the long call ended before SIGTERM: {result}"
+        t0 = time.time()
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=30)
+        elapsed = time.time() - t0
+        th.join(timeout=30)
+        assert code == 3, f"exit status {code} after {elapsed:.1f}s: {server.log()[-2000:]}"
+        assert elapsed <= 1 + 4, f"exit took {elapsed:.1f}s with --drain-timeout-s 1"
+        assert result.get("outcome") not in (None, "OK"), result
+    finally:
+        server.stop(sig=signal.SIGKILL)
+
+
 def test_sigterm_under_load_completes_or_unavailable():
     drain_s = 20
     server = ServerProc("--threads", "2", "--cpu-threads", "1", "--drain-timeout-s",

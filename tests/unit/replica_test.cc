@@ -168,6 +168,21 @@ int Parse(std::vector<std::string> args, ServerConfig *c) {
   return ParseServerFlags(static_cast<int>(argv.size()), argv.data(), c);
 }
 
+// NaN passes CLI::Range (every comparison with it is false); every numeric flag refuses it.
+TEST(ServerFlags, NonFiniteNumbersAreRefused) {
+  for (const char *flag : {"--drain-timeout-s", "--sequence-ttl-s", "--gpu-memory-fraction",
+                           "--shadow-check-fraction"}) {
+    for (const char *value : {"nan", "inf", "-inf"}) {
+      ServerConfig c;
+      EXPECT_NE(Parse({flag, value}, &c), -1) << flag << " " << value;
+    }
+  }
+  ServerConfig ok;
+  EXPECT_EQ(Parse({"--drain-timeout-s", "2.5", "--advertise-address", "inf-host:50051"}, &ok),
+            -1);
+  EXPECT_DOUBLE_EQ(ok.drain_timeout_s, 2.5);
+}
+
 TEST(ServerFlags, EveryFlagHasAnAttnEnvironmentVariableAndTheCommandLineWins) {
   setenv("ATTN_ADVERTISE_ADDRESS", "10.1.2.3:50051", 1);
   setenv("ATTN_DRAIN_TIMEOUT_S", "45", 1);
