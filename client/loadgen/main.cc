@@ -473,7 +473,8 @@ int Main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "Also write the summary as CSV (header + one row) here");
   app.add_flag("--quiet", quiet, "No progress line on stderr (printed once a second otherwise)");
   app.add_flag("--fail-on-error", fail_on_error,
-               "Exit 1 if any request failed or any verified response mismatched");
+               "Exit 1 if any request failed or any verified response mismatched (without it, "
+               "exit 1 only when the run stopped early or nothing succeeded)");
   attn::RejectNonFiniteNumbers(app);
   CLI11_PARSE(app, argc, argv);
   for (ChannelSecurity* s : {&run.security, &sweep_args.run.security}) {
@@ -600,6 +601,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
     if (fail_on_error && (errors > 0 || report.mismatches > 0)) return 1;
+    // Nothing worked: a failure whatever --fail-on-error says.
+    if (report.sessions > 0 && report.sessions_ok == 0) return 1;
     return 0;
   }
 
@@ -675,6 +678,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (fail_on_error && (report.ok != report.sent || report.mismatches > 0)) return 1;
+  // Stopped early (target unreachable) or nothing succeeded: a failure whatever
+  // --fail-on-error says.
+  if (!report.info.stop_reason.empty() || (report.sent > 0 && report.ok == 0)) return 1;
   return 0;
 }
 
