@@ -140,6 +140,12 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "drop sequences idle longer than this, seconds (0: never)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
+  app.add_option("--replay-cache-bytes", c->replay_cache_bytes,
+                 "host bytes for the stored outputs of each sequence layer's last step (exact "
+                 "replays of a retried step); a step whose output does not fit is not "
+                 "replayable: its retry gets FAILED_PRECONDITION with the actual length")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
   // Tests only, hidden from --help (empty group): the Nth backend Execute and every later one

@@ -102,7 +102,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
   // An exact replay of this layer's last step returns the stored result.
   if (L.last.valid && a.position == L.last.position && T == L.last.tokens &&
       digest == L.last.digest && L.table.length() == a.position + T) {
-    *o = L.last.o;
+    *o = L.last.o.bytes();
     out->length = L.table.length();
     out->replayed = true;
     out->kv_len = L.table.length();
@@ -204,11 +204,12 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
   const int64_t saturations = step->append.saturations;
   seq->fp8_saturations += saturations;
   store->AddSaturations(saturations);
-  L.last.valid = true;
+  // Replayable only when the output fits the replay budget (replay_output.h); otherwise a retry
+  // gets FAILED_PRECONDITION with the actual length.
+  L.last.valid = L.last.o.Store(store->replay_budget(), o);
   L.last.position = step->append.start;
   L.last.tokens = step->append.tokens;
   L.last.digest = step->digest;
-  L.last.o = o;
   out->length = L.table.length();
   out->kv_len = L.table.length();
   out->kernel_us = times.kernel_ns / 1000;

@@ -13,6 +13,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "kv_cache/block_table.h"
+#include "kv_cache/replay_output.h"
 #include "kv_cache/sub_pool.h"
 
 namespace attn {
@@ -34,13 +35,14 @@ struct SequenceConfig {
 };
 
 /// The last Extend on a layer, kept so that an exact replay returns the same
-/// result.
+/// result. valid is false when there is none or its output did not fit the replay budget
+/// (replay_output.h).
 struct LastStep {
   bool valid = false;
   int64_t position = 0;
   int64_t tokens = 0;
-  uint64_t digest = 0;  ///< hash of the q, k, v bytes
-  std::string o;        ///< the output bytes returned
+  uint64_t digest = 0;  ///< XXH3 of the q, k, v bytes
+  ReplayOutput o;       ///< the output bytes returned, charged to the store's replay budget
 };
 
 /// One layer's state.

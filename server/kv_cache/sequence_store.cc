@@ -34,7 +34,8 @@ SequenceStore::SequenceStore(PagePool *pool, const SequenceStoreOptions &options
     : pool_(pool),
       options_(options),
       now_us_(now_us ? std::move(now_us) : SteadyNowUs),
-      quota_(options.owner_limits) {}
+      quota_(options.owner_limits),
+      replay_budget_(std::make_shared<ReplayBudget>(options.replay_cache_bytes)) {}
 
 SequenceStore::~SequenceStore() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -81,7 +82,8 @@ StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, Sequenc
   if (!sub.ok()) return sub.status();
   auto seq = std::make_shared<Sequence>(std::string(), owner, std::move(config), *sub);
   const int32_t pt = pool_->page_tokens();
-  seq->layers.assign(static_cast<size_t>(seq->config.num_layers), LayerState(pt));
+  seq->layers.reserve(static_cast<size_t>(seq->config.num_layers));
+  for (int32_t l = 0; l < seq->config.num_layers; ++l) seq->layers.emplace_back(pt);
   const int64_t per_layer = BlockTable::BlocksFor(seq->config.reserve_tokens, pt);
   // Refuse a reservation the whole pool could never hold before allocating its page list
   // (2^24 tokens x 4096 layers would be a 16 GiB vector; found by tests/fuzz).

@@ -27,6 +27,7 @@
 
 #include "attn/kernels/status.h"
 #include "kv_cache/page_pool.h"
+#include "kv_cache/replay_output.h"
 #include "kv_cache/sequence.h"
 #include "security/identity_quota.h"
 
@@ -43,6 +44,9 @@ struct SequenceStoreOptions {
   /// host:port this replica is reachable at (--advertise-address; may be empty), reported in
   /// SequenceInfo.replica_address.
   std::string replica_address;
+  /// Host bytes the stored outputs of last steps (exact replays) may hold in all
+  /// (--replay-cache-bytes; replay_output.h). 0: no step is replayable.
+  int64_t replay_cache_bytes = int64_t{512} << 20;
 };
 
 /// A live sequence with its lock held. Move-only.
@@ -94,6 +98,8 @@ class SequenceStore {
   PagePool *pool() const { return pool_; }
   /// Live sequences and KV pages per owner (security/identity_quota.h).
   const security::IdentityQuota &quota() const { return quota_; }
+  /// The budget stored replay outputs are charged to (replay_output.h).
+  const std::shared_ptr<ReplayBudget> &replay_budget() const { return replay_budget_; }
   const SequenceStoreOptions &options() const { return options_; }
   int64_t now_us() const { return now_us_(); }
   int64_t live_sequences() const;
@@ -128,6 +134,7 @@ class SequenceStore {
   std::atomic<int64_t> expirations_{0};
   std::atomic<int64_t> saturations_{0};
   security::IdentityQuota quota_;
+  std::shared_ptr<ReplayBudget> replay_budget_;
 };
 
 }  // namespace attn

@@ -255,6 +255,39 @@ TEST_F(StoreTest, CreateExtendReleaseNoLeak) {
   EXPECT_EQ(f_->memory->used(), 0u);
 }
 
+// Stored replay outputs are charged to --replay-cache-bytes: a step whose output fits is
+// answered again on an exact retry; one that does not fit is not stored, and its retry gets
+// FAILED_PRECONDITION with the actual length (nothing appended twice); every byte is given back
+// when steps are superseded, truncated or released.
+TEST_F(StoreTest, ReplayOutputsAreBoundedByTheReplayBudget) {
+  SequenceStoreOptions o;
+  o.replay_cache_bytes = 1000;  // a 1-token output is 2*8*4 = 64 bytes, 20 tokens 1280
+  Make(o);
+  const std::string id = Create();
+  std::string first, again;
+  ASSERT_TRUE(Step(id, 0, 0, 1, 1, &first).ok());
+  EXPECT_EQ(store_->replay_budget()->used(), 64);
+  ASSERT_TRUE(Step(id, 0, 0, 1, 1, &again).ok());  // exact replay: stored result, no append
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(Length(id, 0), 1);
+  // 20 tokens: 1280 bytes of output do not fit 1000: applied, but not replayable.
+  ASSERT_TRUE(Step(id, 0, 1, 20, 2, &first).ok());
+  EXPECT_EQ(store_->replay_budget()->used(), 0);  // the superseded 64 bytes went back too
+  Status s = Step(id, 0, 1, 20, 2, &again);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("length 21"), std::string::npos) << s.message();
+  EXPECT_EQ(Length(id, 0), 21);
+  // Both layers hold a stored step; release gives every byte back.
+  ASSERT_TRUE(Step(id, 0, 21, 1, 3, &first).ok());
+  ASSERT_TRUE(Step(id, 1, 0, 1, 4, &first).ok());
+  EXPECT_EQ(store_->replay_budget()->used(), 128);
+  store_->Truncate(store_->Acquire(id, "")->seq.get(), 10);
+  EXPECT_EQ(store_->replay_budget()->used(), 64);  // layer 0's step is gone with truncation
+  int64_t freed = 0;
+  ASSERT_TRUE(store_->Release(id, "", &freed).ok());
+  EXPECT_EQ(store_->replay_budget()->used(), 0);
+}
+
 TEST_F(StoreTest, OwnershipHidesExistence) {
   Make({});
   const std::string id = Create("alice");
