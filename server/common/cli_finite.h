@@ -25,7 +25,7 @@ inline void RejectNonFiniteNumbers(CLI::App& app) {
         }
         return std::string();
       },
-      "FINITE");
+      "");  // no tag in --help: it applies to every option
   for (CLI::Option* o : app.get_options()) {
     if (o->get_expected_max() != 0) o->check(finite);  // flags take no value
   }
