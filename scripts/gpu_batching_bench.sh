@@ -28,7 +28,7 @@ for mode in on on1 off; do
     off) batch=(--max-batch-requests 1 --batch-threads 2) ;;
   esac
   "$b" attention-server --listen 127.0.0.1:0 --port-file "$dir/port" --kv-device gpu \
-    --kv-cache-bytes $((16 << 30)) --log-level warn "${batch[@]}" \
+    --kv-cache-bytes $((16 << 30)) --log-level info "${batch[@]}" \
     --max-queue-requests 4096 2>"$out/batching-$mode-server.log" &
   pid=$!
   for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
@@ -40,6 +40,7 @@ for mode in on on1 off; do
   echo "batching $mode: loadgen exit $?"
   kill -TERM "$pid"; wait "$pid"
   echo "batching $mode: server exit $?"
+  grep "sequence steps:" "$out/batching-$mode-server.log" | tail -n 1
   tail -n 12 "$out/batching-$mode.txt"
 done
 python3 - "$out" "$STREAMS" <<'PY'

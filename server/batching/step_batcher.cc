@@ -69,6 +69,22 @@ Status StepBatcher::Enqueue(std::vector<StepRequest>* steps) {
   return Status::Ok();
 }
 
+void StepBatcher::Stop() {
+  scheduler_->Stop();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  if (batches_ == 0 || summary_logged_) return;
+  summary_logged_ = true;
+  const double n = static_cast<double>(batches_);
+  auto us = [n](int64_t ns) { return static_cast<double>(ns) / n / 1e3; };
+  spdlog::info(
+      "sequence steps: {} batches, {:.1f} steps per batch; mean per batch (us): wall {:.1f}, "
+      "kernels {:.1f}, copies {:.1f}; host phases: prepare {:.1f}, append call {:.1f}, attend "
+      "call {:.1f}, commit {:.1f}",
+      batches_, static_cast<double>(steps_) / n, us(wall_ns_), us(launch_totals_.kernel_ns),
+      us(launch_totals_.h2d_ns + launch_totals_.d2h_ns), us(phase_totals_.prepare_ns),
+      us(phase_totals_.append_ns), us(phase_totals_.attend_ns), us(phase_totals_.commit_ns));
+}
+
 void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   const Clock::time_point started = Clock::now();
   std::vector<StepItem*> items;
@@ -84,8 +100,21 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     s.outcome = &outcomes[i];
   }
   LaunchTimes total;
-  RunExtendSteps(store_, backend_, steps.data(), steps.size(), &total);
-  const int64_t batch_us = Us(started, Clock::now());
+  StepPhases phases;
+  RunExtendSteps(store_, backend_, steps.data(), steps.size(), &total, &phases);
+  const Clock::time_point ran = Clock::now();
+  const int64_t batch_us = Us(started, ran);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++batches_;
+    steps_ += static_cast<int64_t>(batch.size());
+    wall_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ran - started).count();
+    launch_totals_ += total;
+    phase_totals_.prepare_ns += phases.prepare_ns;
+    phase_totals_.append_ns += phases.append_ns;
+    phase_totals_.attend_ns += phases.attend_ns;
+    phase_totals_.commit_ns += phases.commit_ns;
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     StepItem* it = items[i];
     const BatchedExtend& s = steps[i];
@@ -125,8 +154,11 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     t->set_total_us(Us(it->req.received, Clock::now()));
     it->req.done(Status::Ok(), true);
   }
-  spdlog::trace("sequence steps: batch of {} ran in {} us ({} us in kernels)", items.size(),
-                batch_us, total.kernel_ns / 1000);
+  spdlog::trace(
+      "sequence steps: batch of {} ran in {} us ({} us in kernels; prepare {} append {} attend {} "
+      "commit {} us)",
+      items.size(), batch_us, total.kernel_ns / 1000, phases.prepare_ns / 1000,
+      phases.append_ns / 1000, phases.attend_ns / 1000, phases.commit_ns / 1000);
 }
 
 }  // namespace attn

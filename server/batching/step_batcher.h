@@ -17,12 +17,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
 #include "batching/batch_scheduler.h"
+#include "kv_cache/extend_batch.h"
 #include "kv_cache/extend_step.h"
 #include "kv_cache/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
@@ -48,6 +50,7 @@ class StepBatcher {
   /// `store` and `backend` are not owned and must outlive the batcher.
   StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
               const BatchSchedulerOptions& options);
+  ~StepBatcher() { Stop(); }
 
   /// Queues all `steps` (in order) or none; on success each `done` will be called once.
   /// Errors (nothing queued, no `done` called): RESOURCE_EXHAUSTED (queue full, with the
@@ -55,8 +58,9 @@ class StepBatcher {
   Status Enqueue(std::vector<StepRequest>* steps);
   /// Wakes the scheduler to drop cancelled steps now (from OnCancel).
   void Notify() { scheduler_->Notify(); }
-  /// Runs what is queued, then stops the threads.
-  void Stop() { scheduler_->Stop(); }
+  /// Runs what is queued, then stops the threads and logs (info) where the batches' host time
+  /// went: mean per batch of wall, kernels, copies and the phases of RunExtendSteps.
+  void Stop();
   int64_t queued_requests() const { return scheduler_->queued_requests(); }
   int64_t queued_tokens() const { return scheduler_->queued_tokens(); }
   BatchScheduler* scheduler() { return scheduler_.get(); }
@@ -67,6 +71,12 @@ class StepBatcher {
 
   SequenceStore* const store_;
   PagedAttentionBackend* const backend_;
+  // Totals over every batch run (for the summary Stop logs).
+  std::mutex stats_mu_;
+  int64_t batches_ = 0, steps_ = 0, wall_ns_ = 0;
+  bool summary_logged_ = false;
+  LaunchTimes launch_totals_;
+  StepPhases phase_totals_;
   std::unique_ptr<BatchScheduler> scheduler_;  // last: its threads stop first
 };
 

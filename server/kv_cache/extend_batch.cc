@@ -1,6 +1,7 @@
 #include "kv_cache/extend_batch.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -23,8 +24,15 @@ GroupKey KeyOf(const PreparedExtend &p) {
 }  // namespace
 
 void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExtend *steps,
-                    size_t n, LaunchTimes *total) {
+                    size_t n, LaunchTimes *total, StepPhases *phases) {
   if (n == 0) return;
+  using Clock = std::chrono::steady_clock;
+  StepPhases local;
+  StepPhases &ph = phases != nullptr ? *phases : local;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  };
+  auto t0 = Clock::now();
   // Lock order: sequence id. A second step on a sequence already in this batch waits for the
   // batch to finish (it would otherwise wait on a lock this thread holds).
   std::vector<size_t> order(n), later;
@@ -50,6 +58,7 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
     s.status = PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, prep[i].get());
     if (s.status.ok() && !prep[i]->replayed) groups[KeyOf(*prep[i])].push_back(i);
   }
+  ph.prepare_ns += since(t0);
   std::vector<PagedAppendItem> appends;
   std::vector<PagedAttendItem> attends;
   for (auto &[key, members] : groups) {
@@ -63,9 +72,14 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
     }
     // Appends first: each step's attention reads its own new keys.
     LaunchTimes times;
+    t0 = Clock::now();
     Status s = backend->AppendBatch(appends.data(), appends.size(), &times);
+    ph.append_ns += since(t0);
+    t0 = Clock::now();
     if (s.ok()) s = backend->AttendBatch(attends.data(), attends.size(), &times);
+    ph.attend_ns += since(t0);
     if (total != nullptr) *total += times;
+    t0 = Clock::now();
     for (size_t m = 0; m < members.size(); ++m) {
       BatchedExtend &step = steps[members[m]];
       PreparedExtend &p = *prep[members[m]];
@@ -79,9 +93,10 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
       step.launch_size = static_cast<int64_t>(members.size());
       step.launch_tokens = tokens;
     }
+    ph.commit_ns += since(t0);
   }
   prep.clear();  // unlocks replays and failed steps' sequences (none are held on error)
-  for (size_t i : later) RunExtendSteps(store, backend, &steps[i], 1, total);
+  for (size_t i : later) RunExtendSteps(store, backend, &steps[i], 1, total, phases);
 }
 
 }  // namespace attn

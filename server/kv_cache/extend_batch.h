@@ -35,9 +35,20 @@ struct BatchedExtend {
   int64_t launch_tokens = 0;  ///< out: query tokens of that launch
 };
 
+/// Host wall time of the phases of RunExtendSteps, in nanoseconds (added to, never reset):
+/// preparing the steps (locks, checks, replays, pages), the append calls and the attention
+/// calls of the backend (each including its staging, copies, kernels and sync), and committing.
+struct StepPhases {
+  int64_t prepare_ns = 0;
+  int64_t append_ns = 0;
+  int64_t attend_ns = 0;
+  int64_t commit_ns = 0;
+};
+
 /// Runs `steps[0..n)`; every step gets its own status (errors as ExtendStep). `total` (may be
-/// null) gets the time of every launch this call made added (LaunchTimes).
+/// null) gets the time of every launch this call made added (LaunchTimes); `phases` (may be
+/// null) the host time of its phases.
 void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExtend *steps,
-                    size_t n, LaunchTimes *total = nullptr);
+                    size_t n, LaunchTimes *total = nullptr, StepPhases *phases = nullptr);
 
 }  // namespace attn
