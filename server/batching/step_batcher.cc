@@ -110,10 +110,7 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     steps_ += static_cast<int64_t>(batch.size());
     wall_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ran - started).count();
     launch_totals_ += total;
-    phase_totals_.prepare_ns += phases.prepare_ns;
-    phase_totals_.append_ns += phases.append_ns;
-    phase_totals_.attend_ns += phases.attend_ns;
-    phase_totals_.commit_ns += phases.commit_ns;
+    phase_totals_ += phases;
   }
   for (size_t i = 0; i < items.size(); ++i) {
     StepItem* it = items[i];

@@ -43,6 +43,13 @@ struct StepPhases {
   int64_t append_ns = 0;
   int64_t attend_ns = 0;
   int64_t commit_ns = 0;
+  StepPhases &operator+=(const StepPhases &o) {
+    prepare_ns += o.prepare_ns;
+    append_ns += o.append_ns;
+    attend_ns += o.attend_ns;
+    commit_ns += o.commit_ns;
+    return *this;
+  }
 };
 
 /// Runs `steps[0..n)`; every step gets its own status (errors as ExtendStep). `total` (may be
