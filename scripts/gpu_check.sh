@@ -6,7 +6,8 @@
 # Builds kernels + tests twice with -DATTN_SERVER=OFF, in parallel (-j8 each by default):
 #   default: CMAKE_CUDA_ARCHITECTURES 89;90a            -> build-h200
 #   l4:      CMAKE_CUDA_ARCHITECTURES=89, ATTN_EMULATE_L4=ON -> build-l4 (sm_89 PTX JIT on Hopper)
-# then runs `ctest -L gpu` in each (one after the other: one GPU). Writes under $OUT:
+# then runs `ctest -L gpu` in each, both builds and the long tests side by side (run_tests).
+# Writes under $OUT:
 #   nvidia-smi.txt, <build>-configure.log, <build>-build.log, <build>-ctest.log,
 #   <build>-ctest.xml (JUnit), parity-<build>.jsonl (per-case parity results),
 #   probe-<build>.json, summary.json (input of scripts/gpu_record.py)
@@ -77,18 +78,37 @@ p2=$!
 wait $p1 $p2
 echo "== builds done after $(( $(date +%s) - t0 ))s: default $(cat "$OUT/default-build.status"), l4 $(cat "$OUT/l4-build.status")"
 
+run_group() {  # name dir group ctest-selection...: one ctest process, its own log and parity file
+  local name=$1 dir=$2 group=$3
+  shift 3
+  ATTN_PARITY_OUT="$OUT/parity-$name.$group.jsonl" ATTN_PROBE_OUT="$OUT/probe-$name.json" \
+    ctest --test-dir "$BUILD_ROOT/$dir" -L gpu "$@" --output-on-failure \
+    --output-junit "$OUT/$name.$group-ctest.xml" ${CTEST_ARGS:-} >"$OUT/$name.$group-ctest.log" 2>&1
+  echo "ctest ($group) exit $?" >>"$OUT/$name.$group-ctest.log"
+}
 run_tests() {  # name dir
   local name=$1 dir=$2
-  rm -f "$OUT/parity-$name.jsonl" "$OUT/probe-$name.json"
+  rm -f "$OUT/parity-$name".*jsonl "$OUT/probe-$name.json" "$OUT/$name".*-ctest.*
   if [ "$(cat "$OUT/$name-build.status")" != ok ]; then
     echo "== $name: build failed, see $OUT/$name-build.log"; tail -n 30 "$OUT/$name-build.log"
     return
   fi
   echo "== ctest -L gpu ($name)"
-  ATTN_PARITY_OUT="$OUT/parity-$name.jsonl" ATTN_PROBE_OUT="$OUT/probe-$name.json" \
-    ctest --test-dir "$BUILD_ROOT/$dir" -L gpu --output-on-failure --output-junit "$OUT/$name-ctest.xml" \
-    ${CTEST_ARGS:-} >"$OUT/$name-ctest.log" 2>&1
-  echo "ctest exit $?" >>"$OUT/$name-ctest.log"
+  # The tests are correctness only (nothing here is timed), so the long ones run side by side:
+  # paged_decode_test (~120 s, float64 references), cudnn_parity_test (~270 s, mostly cuDNN
+  # graph builds on the CPU) and the rest, each group with its own log and parity file
+  # (merged below). cudnn_parity_test runs in the default build only: cuDNN picks its kernels by
+  # the device it runs on (sm_90 on the H200), so in the L4 build it would repeat the default
+  # build's run; cuDNN's sm_89 kernels need a real L4.
+  local pids=()
+  run_group "$name" "$dir" decode -R '^paged_decode_test$' & pids+=($!)
+  if [ "$name" = default ]; then
+    run_group "$name" "$dir" cudnn -R '^cudnn_parity_test$' & pids+=($!)
+  fi
+  run_group "$name" "$dir" rest -E '^(paged_decode_test|cudnn_parity_test)$' & pids+=($!)
+  wait "${pids[@]}"
+  cat "$OUT/$name".*-ctest.log >"$OUT/$name-ctest.log"
+  cat "$OUT/parity-$name".*.jsonl >"$OUT/parity-$name.jsonl" 2>/dev/null
   grep -E "Test +#|tests passed|Skipped|Failed|\[(grid|head_dims|large)" "$OUT/$name-ctest.log" | tail -n 40
 }
 # The two builds' tests share the one GPU; running them side by side halves the wall time
