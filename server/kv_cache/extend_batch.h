@@ -4,8 +4,8 @@
 //
 // Each step is prepared on its own (PrepareExtend: lock, checks, replay, pages), in sequence-id
 // order so that two threads running overlapping batches never deadlock. Prepared steps are
-// grouped by (sub-pool, q dtype, q heads, scale) and each group runs AppendBatch then
-// AttendBatch on the PagedAttentionBackend (appends before the attend of the same step); a
+// grouped by (sub-pool, q dtype, q heads, scale) and each group runs AppendAttendBatch on the
+// PagedAttentionBackend (appends before the attention of the same step; one round trip); a
 // failed launch rolls back every step of its group (AbortExtend) and reports the error on
 // each. Per-(sequence, layer) rules are those of ExtendStep: position checks, exact replays
 // answered from the stored result, concurrent steps on one sequence run one after the other
@@ -36,17 +36,15 @@ struct BatchedExtend {
 };
 
 /// Host wall time of the phases of RunExtendSteps, in nanoseconds (added to, never reset):
-/// preparing the steps (locks, checks, replays, pages), the append calls and the attention
-/// calls of the backend (each including its staging, copies, kernels and sync), and committing.
+/// preparing the steps (locks, checks, replays, pages), the backend's AppendAttendBatch calls
+/// (staging, copies, kernels and sync; on a GPU also the wait for a free lane), and committing.
 struct StepPhases {
   int64_t prepare_ns = 0;
-  int64_t append_ns = 0;
-  int64_t attend_ns = 0;
+  int64_t launch_ns = 0;
   int64_t commit_ns = 0;
   StepPhases &operator+=(const StepPhases &o) {
     prepare_ns += o.prepare_ns;
-    append_ns += o.append_ns;
-    attend_ns += o.attend_ns;
+    launch_ns += o.launch_ns;
     commit_ns += o.commit_ns;
     return *this;
   }

@@ -239,8 +239,7 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
   ATTN_RETURN_IF_ERROR(PrepareExtend(store, backend, owner, a, o, out, &step));
   if (step.replayed) return Status::Ok();
   LaunchTimes times;
-  Status s = backend->AppendBatch(&step.append, 1, &times);
-  if (s.ok()) s = backend->AttendBatch(&step.attend, 1, &times);
+  Status s = backend->AppendAttendBatch(&step.append, &step.attend, 1, &times);
   if (!s.ok()) {
     AbortExtend(store, &step, o);
     return s;

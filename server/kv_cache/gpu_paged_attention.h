@@ -5,9 +5,12 @@
 //
 // Each call packs its host inputs (q, new k/v, block tables, lengths, offsets, FP8 scales)
 // into one pinned buffer, copies it to a device buffer carved from the GPU pool in one
-// transfer, enqueues the kernels on this object's stream and copies the outputs back in one
-// transfer. Batched steps (AppendBatch/AttendBatch, continuous batching) do the same for many
-// sequences at once. Prefill steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages
+// transfer, enqueues the kernels on a stream and copies the outputs back, then synchronises
+// once. Batched steps (AppendBatch/AttendBatch, continuous batching) do the same for many
+// sequences at once, and AppendAttendBatch does a batch's appends and attention in that one
+// round trip. Calls run on lanes (a stream, its timing events and its pinned buffer each): a
+// call takes a free lane, so calls from different batch threads overlap on the device and with
+// each other's host work; one call holds its lane until its outputs are copied out. Prefill steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages
 // run in one fused paged launch (FusedPagedRun, varlen over those steps, bottom-right causal:
 // the T rows are the last T of kv_len keys), the other steps in one decode launch; both share
 // the call's upload and download (AttendSplit, kv_cache/attend_split.h). With FP8 pages a
@@ -21,11 +24,15 @@
 // CreateSequence with the reason.
 // Errors: RESOURCE_EXHAUSTED when the GPU pool cannot hold a call's buffers; INTERNAL naming the
 // CUDA call on a device fault (the object then stays faulted and every later call gets
-// INTERNAL). Thread-safety: thread-safe; calls are serialised on one stream.
+// INTERNAL). Thread-safety: thread-safe; concurrent calls run on different lanes (more callers
+// than lanes wait for one). Calls on different sequences touch disjoint pages (a shared page is
+// only read; copy-on-write gives a step its own last page), and every call synchronises its
+// stream before returning, so a step's next call sees its appends whatever lane it runs on.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,9 +46,15 @@ namespace attn {
 
 class GpuPagedAttention final : public PagedAttentionBackend {
  public:
+  /// Lanes by default: the server's two batch threads plus room for copy-on-write copies and
+  /// direct callers without waiting.
+  static constexpr int kDefaultLanes = 4;
   /// Uses CUDA device `device` and carves per-call buffers from `pool` (not owned; outlives
-  /// this). Errors: INTERNAL when the stream or the pinned staging buffer cannot be made.
-  static StatusOr<std::unique_ptr<GpuPagedAttention>> Create(int device, DevicePool *pool);
+  /// this), with `lanes` streams (>= 1; each pins a staging buffer of 1 MiB that grows to the
+  /// largest call it ran). Errors: INTERNAL when a stream or event cannot be made,
+  /// RESOURCE_EXHAUSTED when the pinned staging buffer cannot be.
+  static StatusOr<std::unique_ptr<GpuPagedAttention>> Create(int device, DevicePool *pool,
+                                                             int lanes = kDefaultLanes);
   ~GpuPagedAttention() override;
 
   const std::string &name() const override { return name_; }
@@ -58,6 +71,10 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   Status AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) override;
   /// At most two launches over every item (AttendMany).
   Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override;
+  /// AppendBatch's launches, then AttendBatch's, in one upload, one download and one sync
+  /// (one round trip per batch of steps instead of two). `times`: the call's CUDA-event times.
+  Status AppendAttendBatch(PagedAppendItem *appends, const PagedAttendItem *attends, size_t n,
+                           LaunchTimes *times) override;
 
   /// One decode launch over many layers' decode-sized steps and one fused paged launch over
   /// their prefill steps (T > kPagedDecodeMaxQueryLen, 16-bit pages; AttendSplit): item i
@@ -69,28 +86,47 @@ class GpuPagedAttention final : public PagedAttentionBackend {
                     int64_t count, LaunchTimes *times = nullptr);
 
  private:
-  GpuPagedAttention(int device, DevicePool *pool) : device_(device), pool_(pool) {}
+  struct Lane;
+  struct AppendJob;
+  struct AttendJob;
+  GpuPagedAttention(int device, DevicePool *pool);
+  /// INTERNAL when a device fault was seen (the first cause), else Ok.
+  Status Faulted() const;
+  void SetFault(const std::string &what);
+  /// Ok for cudaSuccess; else marks the object faulted and returns INTERNAL naming `what`.
   Status Check(cudaError_t err, const char *what);
-  /// Handles a kernel launch that returned `s` (not ok): waits for the stream, marks the object
-  /// faulted on INTERNAL, returns `s`. Called with mu_ held.
-  Status LaunchFailed(const Status &s);
-  /// Makes the pinned staging buffer at least `bytes` long.
-  Status ReservePinned(uint64_t bytes);
-  /// Records timing event `i` (0: before the upload, 1: after it, 2: after the kernels,
-  /// 3: after the download) on the stream. Called with mu_ held.
-  Status Mark(int i);
-  /// After the stream synchronised: adds the intervals between the four events to `times`
-  /// (no-op when null). Called with mu_ held.
-  void AddEventTimes(LaunchTimes *times);
+  /// Handles a kernel launch that returned `s` (not ok): waits for the lane's stream, marks the
+  /// object faulted on INTERNAL, returns `s`. Called with the lane held.
+  Status LaunchFailed(Lane *lane, const Status &s);
+  /// Takes a free lane (round robin from a rotating start), else waits for one; *out is the
+  /// lane the returned lock holds.
+  std::unique_lock<std::mutex> AcquireLane(Lane **out);
+  /// Makes the lane's pinned staging buffer at least `bytes` long. Called with the lane held.
+  static Status ReservePinned(Lane *lane, uint64_t bytes);
+  /// After the lane's stream synchronised: adds the intervals between its four events (before
+  /// the upload, after it, after the kernels, after the download) to `times` (null: no-op).
+  static void AddEventTimes(Lane *lane, LaunchTimes *times);
+  /// Checks an append call and lays out its staging region (j.B == 0: nothing to append).
+  Status LayoutAppend(PagedAppendItem *items, size_t n, AppendJob *job) const;
+  static void PackAppend(const AppendJob &j, char *h);
+  static Status LaunchAppend(const AppendJob &j, char *d, cudaStream_t stream);
+  static void FinishAppend(const AppendJob &j, const char *h);
+  /// Checks an attention call, splits it over its launches, plans them and lays out its region.
+  Status LayoutAttend(const PagedLayerView *layers, const PagedQuery *queries, void *const *outs,
+                      int64_t count, AttendJob *job) const;
+  static void PackAttend(const AttendJob &j, char *h);
+  static Status LaunchAttend(const AttendJob &j, char *d, cudaStream_t stream);
+  static void FinishAttend(const AttendJob &j, const char *h);
+  /// One round trip on a lane: pack, upload, the append's then the attention's launches,
+  /// download, sync, copy out. Either job may be null (not both).
+  Status Run(AppendJob *a, AttendJob *t, LaunchTimes *times);
 
   const std::string name_ = "gpu";
   const int device_;
   DevicePool *const pool_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
-  char *pinned_ = nullptr;
-  uint64_t pinned_bytes_ = 0;
-  std::mutex mu_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<size_t> next_lane_{0};
+  mutable std::mutex fault_mu_;
   bool faulted_ = false;
   std::string fault_;
 };

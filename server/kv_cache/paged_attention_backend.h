@@ -125,6 +125,17 @@ class PagedAttentionBackend {
     return Status::Ok();
   }
 
+  /// The steps of one batch: appends[i] then attends[i] for i in [0, n) (the same (sequence,
+  /// layer)s, same order; each attention reads its own step's new keys), with AppendBatch's and
+  /// AttendBatch's rules. All-or-nothing: on error the caller rolls every step back. A GPU
+  /// implementation does both in one round trip (one upload, one download, one sync).
+  /// Default: AppendBatch, then AttendBatch when it succeeded.
+  virtual Status AppendAttendBatch(PagedAppendItem *appends, const PagedAttendItem *attends,
+                                   size_t n, LaunchTimes *times) {
+    ATTN_RETURN_IF_ERROR(AppendBatch(appends, n, times));
+    return AttendBatch(attends, n, times);
+  }
+
  protected:
   /// Adds the host wall time since `t0` to times->kernel_ns (times may be null).
   static void AddHostTime(std::chrono::steady_clock::time_point t0, LaunchTimes *times) {

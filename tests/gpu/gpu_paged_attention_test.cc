@@ -9,7 +9,8 @@
 // boundaries, forks that diverge (copy-on-write of a shared partial page), truncation, FP8
 // pages, batches mixing decode and prefill steps (one decode launch + one fused launch), and
 // pools poisoned with NaN (garbage in unused or freed slots must never change a result). After
-// releasing everything, no page is in use.
+// releasing everything, no page is in use. Batches from several threads at once (the server's
+// batch threads) run on GpuPagedAttention's lanes and must give the CPU path's results too.
 // ctest label `gpu`; skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn/kernels/host_dtype.h"
@@ -340,6 +342,114 @@ TEST_F(GpuPagedAttentionTest, BatchMixesDecodeAndPrefill) {
     for (int side = 0; side < 2; ++side) {
       Side &s = side == 0 ? cpu_ : gpu_;
       for (int j = 0; j < 4; ++j) ASSERT_TRUE(s.store->Release(ids[side][j], "test", nullptr).ok());
+    }
+  }
+  for (const KvClassStats &st : gpu_.pages->Stats()) {
+    EXPECT_EQ(st.pages_used, 0) << st.layout.ToString() << ": pages still in use after release";
+  }
+}
+
+// Batches from four threads at once (as the server's batch threads run them): each thread's
+// calls take a lane of their own (a stream and staging buffer each), so launches of different
+// threads overlap on the device. Every step must still match the CPU path run one at a time.
+TEST_F(GpuPagedAttentionTest, ConcurrentBatchesOnLanesMatchCpu) {
+  const Config c{DType::kBFloat16, DType::kBFloat16, 8, 2, 128};
+  SequenceConfig sc;
+  sc.num_layers = 1;
+  sc.num_kv_heads = c.num_kv_heads;
+  sc.head_dim = c.head_dim;
+  sc.num_heads = c.num_heads;
+  sc.dtype = c.dtype;
+  sc.kv_dtype = c.kv_dtype;
+  sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  constexpr int kThreads = 4, kSeqs = 6, kRounds = 12;
+  constexpr int64_t kHistory = 130;  // one fused paged prefill per sequence first
+  std::mt19937 rng(4242);
+  std::string ids[2][kThreads][kSeqs];
+  for (int side = 0; side < 2; ++side) {
+    Side &s = side == 0 ? cpu_ : gpu_;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int q = 0; q < kSeqs; ++q) {
+        auto created = s.store->Create("test", sc);
+        ASSERT_TRUE(created.ok()) << created.status().ToString();
+        ids[side][t][q] = created->seq->id;
+      }
+    }
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    for (int q = 0; q < kSeqs; ++q) {
+      Step(cpu_, gpu_, ids[0][t][q], ids[1][t][q], c, 0, 0, kHistory, rng, "lane history");
+    }
+  }
+  // Round r of thread t: a batch of its kSeqs sequences, decode steps and one 3-token step.
+  std::vector<OwnedStep> inputs(static_cast<size_t>(kThreads * kRounds * kSeqs));
+  std::vector<int64_t> length(static_cast<size_t>(kThreads * kSeqs), kHistory);
+  auto at = [](int t, int r, int q) { return static_cast<size_t>((t * kRounds + r) * kSeqs + q); };
+  for (int r = 0; r < kRounds; ++r) {
+    for (int t = 0; t < kThreads; ++t) {
+      for (int q = 0; q < kSeqs; ++q) {
+        const int64_t T = q == 0 ? 3 : 1;
+        int64_t &len = length[static_cast<size_t>(t * kSeqs + q)];
+        FillStep(&inputs[at(t, r, q)], c, 0, len, T, rng);
+        len += T;
+      }
+    }
+  }
+  std::vector<std::string> outs[2];
+  std::vector<Status> statuses[2];
+  for (int side = 0; side < 2; ++side) {
+    outs[side].resize(inputs.size());
+    statuses[side].resize(inputs.size());
+  }
+  const std::string owner = "test";
+  auto run_thread = [&](int side, int t) {
+    Side &s = side == 0 ? cpu_ : gpu_;
+    for (int r = 0; r < kRounds; ++r) {
+      std::vector<ExtendArgs> args(kSeqs);
+      std::vector<BatchedExtend> steps(kSeqs);
+      std::vector<ExtendOutcome> outcomes(kSeqs);
+      for (int q = 0; q < kSeqs; ++q) {
+        args[q] = inputs[at(t, r, q)].args;
+        args[q].sequence_id = ids[side][t][q];
+        steps[q].args = &args[q];
+        steps[q].owner = &owner;
+        steps[q].o = &outs[side][at(t, r, q)];
+        steps[q].outcome = &outcomes[q];
+      }
+      RunExtendSteps(s.store.get(), s.compute.get(), steps.data(), steps.size());
+      for (int q = 0; q < kSeqs; ++q) statuses[side][at(t, r, q)] = steps[q].status;
+    }
+  };
+  for (int t = 0; t < kThreads; ++t) run_thread(0, t);  // CPU: one thread after the other
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(run_thread, 1, t);
+  for (std::thread &th : threads) th.join();
+  double worst = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_TRUE(statuses[0][i].ok()) << "cpu step " << i << ": " << statuses[0][i].ToString();
+    ASSERT_TRUE(statuses[1][i].ok()) << "gpu step " << i << ": " << statuses[1][i].ToString();
+    ASSERT_EQ(outs[0][i].size(), outs[1][i].size()) << "step " << i;
+    const int64_t n = inputs[i].args.q_shape[0] * c.num_heads * c.head_dim;
+    double diff = 0, ref = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const double g = kernels::LoadAsFloat(outs[1][i].data(), c.dtype, e);
+      const double r = kernels::LoadAsFloat(outs[0][i].data(), c.dtype, e);
+      ASSERT_TRUE(std::isfinite(g)) << "step " << i << ": gpu output " << e << " is " << g;
+      diff += (g - r) * (g - r);
+      ref += r * r;
+    }
+    const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, Tolerance(c)) << "step " << i << " (" << Name(c) << ")";
+  }
+  std::printf("  %-28s %d threads x %d batches of %d steps on lanes: worst rel %.2e\n",
+              Name(c).c_str(), kThreads, kRounds, kSeqs, worst);
+  for (int side = 0; side < 2; ++side) {
+    Side &s = side == 0 ? cpu_ : gpu_;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int q = 0; q < kSeqs; ++q) {
+        ASSERT_TRUE(s.store->Release(ids[side][t][q], "test", nullptr).ok());
+      }
     }
   }
   for (const KvClassStats &st : gpu_.pages->Stats()) {
