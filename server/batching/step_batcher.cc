@@ -35,9 +35,28 @@ class StepBatcher::StepItem final : public BatchItem {
   Clock::time_point queued_at;
 };
 
+/// A batch that ran, kept alive until its last response chunk is sent.
+struct StepBatcher::Finished {
+  std::vector<std::unique_ptr<BatchItem>> items;  // StepItem
+  std::vector<BatchedExtend> steps;
+  std::vector<ExtendOutcome> outcomes;
+  LaunchTimes total;
+  int64_t batch_us = 0;
+  bool decode_only = true;  // every step has T = 1
+};
+
+namespace {
+// Responder threads per batch thread; chunks of at least kMinChunk responses per task.
+constexpr int kRespondersPerBatchThread = 2;
+constexpr size_t kMinChunk = 4;
+}  // namespace
+
 StepBatcher::StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
                          const BatchSchedulerOptions& options)
-    : store_(store), backend_(backend) {
+    : store_(store),
+      backend_(backend),
+      responders_(std::max(1, options.threads) * kRespondersPerBatchThread,
+                  static_cast<size_t>(std::max<int64_t>(options.max_queued, 1))) {
   scheduler_ = std::make_unique<BatchScheduler>(
       options, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { Run(batch); });
 }
@@ -71,51 +90,83 @@ Status StepBatcher::Enqueue(std::vector<StepRequest>* steps) {
 
 void StepBatcher::Stop() {
   scheduler_->Stop();
+  responders_.Stop();  // after the scheduler: sends the responses of the last batches
   std::lock_guard<std::mutex> lock(stats_mu_);
-  if (batches_ == 0 || summary_logged_) return;
+  if (all_.batches == 0 || summary_logged_) return;
   summary_logged_ = true;
-  const double n = static_cast<double>(batches_);
+  LogTotals("sequence steps", all_);
+  if (decode_.batches > 0) LogTotals("sequence steps, decode-only batches", decode_);
+}
+
+void StepBatcher::LogTotals(const char* what, const Totals& t) {
+  const double n = static_cast<double>(t.batches);
   auto us = [n](int64_t ns) { return static_cast<double>(ns) / n / 1e3; };
   spdlog::info(
-      "sequence steps: {} batches, {:.1f} steps per batch; mean per batch (us): wall {:.1f}, "
-      "kernels {:.1f}, copies {:.1f}; host phases: prepare {:.1f}, append call {:.1f}, attend "
-      "call {:.1f}, commit {:.1f}",
-      batches_, static_cast<double>(steps_) / n, us(wall_ns_), us(launch_totals_.kernel_ns),
-      us(launch_totals_.h2d_ns + launch_totals_.d2h_ns), us(phase_totals_.prepare_ns),
-      us(phase_totals_.append_ns), us(phase_totals_.attend_ns), us(phase_totals_.commit_ns));
+      "{}: {} batches, {:.1f} steps per batch; mean per batch (us): wall {:.1f}, kernels {:.1f}, "
+      "copies {:.1f}; host phases: prepare {:.1f}, launch call {:.1f}, commit {:.1f}; responses "
+      "(responder threads) {:.1f}",
+      what, t.batches, static_cast<double>(t.steps) / n, us(t.wall_ns), us(t.launch.kernel_ns),
+      us(t.launch.h2d_ns + t.launch.d2h_ns), us(t.phases.prepare_ns), us(t.phases.launch_ns),
+      us(t.phases.commit_ns), us(t.respond_ns));
 }
 
 void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   const Clock::time_point started = Clock::now();
-  std::vector<StepItem*> items;
-  std::vector<BatchedExtend> steps(batch.size());
-  std::vector<ExtendOutcome> outcomes(batch.size());
+  auto f = std::make_shared<Finished>();
+  f->steps.resize(batch.size());
+  f->outcomes.resize(batch.size());
+  bool& decode_only = f->decode_only;
   for (size_t i = 0; i < batch.size(); ++i) {
     auto* it = static_cast<StepItem*>(batch[i].get());
-    items.push_back(it);
-    BatchedExtend& s = steps[i];
+    BatchedExtend& s = f->steps[i];
     s.args = &it->req.args;
     s.owner = &it->req.owner;
     s.o = it->req.response->mutable_o()->mutable_data();
-    s.outcome = &outcomes[i];
+    s.outcome = &f->outcomes[i];
+    decode_only = decode_only && it->req.args.q_shape[0] == 1;
   }
-  LaunchTimes total;
   StepPhases phases;
-  RunExtendSteps(store_, backend_, steps.data(), steps.size(), &total, &phases);
+  RunExtendSteps(store_, backend_, f->steps.data(), f->steps.size(), &f->total, &phases);
   const Clock::time_point ran = Clock::now();
-  const int64_t batch_us = Us(started, ran);
+  f->batch_us = Us(started, ran);
+  const int64_t wall_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ran - started).count();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    ++batches_;
-    steps_ += static_cast<int64_t>(batch.size());
-    wall_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(ran - started).count();
-    launch_totals_ += total;
-    phase_totals_ += phases;
+    for (Totals* t : {&all_, decode_only ? &decode_ : nullptr}) {
+      if (t == nullptr) continue;
+      ++t->batches;
+      t->steps += static_cast<int64_t>(batch.size());
+      t->wall_ns += wall_ns;
+      t->launch += f->total;
+      t->phases += phases;
+    }
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    StepItem* it = items[i];
-    const BatchedExtend& s = steps[i];
-    const ExtendOutcome& out = outcomes[i];
+  spdlog::trace(
+      "sequence steps: batch of {} ran in {} us ({} us in kernels; prepare {} launch call {} "
+      "commit {} us)",
+      batch.size(), f->batch_us, f->total.kernel_ns / 1000, phases.prepare_ns / 1000,
+      phases.launch_ns / 1000, phases.commit_ns / 1000);
+  // The batch's items move into `f`; the responders own them from here.
+  f->items = std::move(batch);
+  batch.clear();
+  const size_t n = f->items.size();
+  const size_t per = std::max(kMinChunk, (n + static_cast<size_t>(responders_.threads()) - 1) /
+                                             static_cast<size_t>(responders_.threads()));
+  for (size_t begin = 0; begin < n; begin += per) {
+    const size_t end = std::min(n, begin + per);
+    if (!responders_.TrySubmit([this, f, begin, end] { Respond(*f, begin, end); })) {
+      Respond(*f, begin, end);  // responder queue full or stopping: answer here
+    }
+  }
+}
+
+void StepBatcher::Respond(Finished& f, size_t begin, size_t end) {
+  const Clock::time_point t0 = Clock::now();
+  for (size_t i = begin; i < end; ++i) {
+    auto* it = static_cast<StepItem*>(f.items[i].get());
+    const BatchedExtend& s = f.steps[i];
+    const ExtendOutcome& out = f.outcomes[i];
     attention::v1::ExtendResponse* response = it->req.response;
     if (!s.status.ok()) {
       response->Clear();
@@ -146,16 +197,16 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     t->set_kernel_us(out.kernel_us);
     t->set_host_to_device_us(out.h2d_us);
     t->set_device_to_host_us(out.d2h_us);
-    t->set_batch_us(batch_us);
-    t->set_batch_kernel_us(total.kernel_ns / 1000);
+    t->set_batch_us(f.batch_us);
+    t->set_batch_kernel_us(f.total.kernel_ns / 1000);
     t->set_total_us(Us(it->req.received, Clock::now()));
     it->req.done(Status::Ok(), true);
   }
-  spdlog::trace(
-      "sequence steps: batch of {} ran in {} us ({} us in kernels; prepare {} append {} attend {} "
-      "commit {} us)",
-      items.size(), batch_us, total.kernel_ns / 1000, phases.prepare_ns / 1000,
-      phases.append_ns / 1000, phases.attend_ns / 1000, phases.commit_ns / 1000);
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  all_.respond_ns += ns;
+  if (f.decode_only) decode_.respond_ns += ns;
 }
 
 }  // namespace attn

@@ -9,7 +9,11 @@
 // key: the sequence id, so a batch never holds two steps of one sequence (they run in FIFO
 // order in later batches). Deadlines and cancellation are checked before launch.
 // Each step's ExtendResponse carries the launch's batch size and tokens and the step's
-// queue time in its ExecutionReport. Thread-safety: all methods are thread-safe.
+// queue time in its ExecutionReport. Responses are built and handed to gRPC (StartWrite, which
+// serialises the message and may write the socket on the calling thread) by a small pool of
+// responder threads, in chunks, so the batch thread goes back to the next batch at once; a full
+// responder queue makes the batch thread respond itself. Thread-safety: all methods are
+// thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -24,6 +28,7 @@
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
 #include "batching/batch_scheduler.h"
+#include "service/worker_pool.h"
 #include "kv_cache/extend_batch.h"
 #include "kv_cache/extend_step.h"
 #include "kv_cache/paged_attention_backend.h"
@@ -58,8 +63,10 @@ class StepBatcher {
   Status Enqueue(std::vector<StepRequest>* steps);
   /// Wakes the scheduler to drop cancelled steps now (from OnCancel).
   void Notify() { scheduler_->Notify(); }
-  /// Runs what is queued, then stops the threads and logs (info) where the batches' host time
-  /// went: mean per batch of wall, kernels, copies and the phases of RunExtendSteps.
+  /// Runs what is queued, sends every response, then stops the threads and logs (info) where
+  /// the batches' host time went: mean per batch of wall, kernels, copies, the phases of
+  /// RunExtendSteps and the responders' time, over all batches and over decode-only batches
+  /// (every step T = 1: the steady state of generation, without prefills).
   void Stop();
   int64_t queued_requests() const { return scheduler_->queued_requests(); }
   int64_t queued_tokens() const { return scheduler_->queued_tokens(); }
@@ -67,16 +74,24 @@ class StepBatcher {
 
  private:
   class StepItem;
+  struct Finished;
+  /// Totals over batches (for the summary Stop logs).
+  struct Totals {
+    int64_t batches = 0, steps = 0, wall_ns = 0, respond_ns = 0;
+    LaunchTimes launch;
+    StepPhases phases;
+  };
   void Run(std::vector<std::unique_ptr<BatchItem>>& batch);
+  /// Builds and sends the responses of items [begin, end) of a finished batch.
+  void Respond(Finished& f, size_t begin, size_t end);
+  void LogTotals(const char* what, const Totals& t);
 
   SequenceStore* const store_;
   PagedAttentionBackend* const backend_;
-  // Totals over every batch run (for the summary Stop logs).
   std::mutex stats_mu_;
-  int64_t batches_ = 0, steps_ = 0, wall_ns_ = 0;
+  Totals all_, decode_;  // decode_: batches whose steps all have T = 1
   bool summary_logged_ = false;
-  LaunchTimes launch_totals_;
-  StepPhases phase_totals_;
+  WorkerPool responders_;                      // stops after the scheduler (declared before it)
   std::unique_ptr<BatchScheduler> scheduler_;  // last: its threads stop first
 };
 
