@@ -304,7 +304,7 @@ struct Stats {
   int64_t sessions = 0, sessions_ok = 0, prefill_tokens = 0, decode_steps = 0;
   HdrHistogram prefill_us, step_us, message_us;
   // From each OK step's ExecutionReport: steps in the server launch it ran in, queue time.
-  HdrHistogram server_batch, server_queue_us;
+  HdrHistogram server_batch, server_queue_us, server_total_us;
   // Batched steps: the batch's wall time, its kernels' device time and the difference (the
   // server's own time per batched step), PhaseTimes.batch_us / batch_kernel_us.
   HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us, server_copy_us;
@@ -336,6 +336,7 @@ struct Stats {
   void Server(const av1::ExtendResponse& r) {
     server_batch.Record(std::max<int64_t>(r.report().batch_size(), 0));
     server_queue_us.Record(std::max<int64_t>(r.report().times().queue_us(), 0));
+    server_total_us.Record(std::max<int64_t>(r.report().times().total_us(), 0));
     const auto& t = r.report().times();
     if (t.batch_us() > 0) {
       server_batch_us.Record(t.batch_us());
@@ -355,6 +356,7 @@ struct Stats {
     message_us.Merge(o.message_us);
     server_batch.Merge(o.server_batch);
     server_queue_us.Merge(o.server_queue_us);
+    server_total_us.Merge(o.server_total_us);
     server_batch_us.Merge(o.server_batch_us);
     server_batch_kernel_us.Merge(o.server_batch_kernel_us);
     server_overhead_us.Merge(o.server_overhead_us);
@@ -441,6 +443,7 @@ class SessionRunner {
     r.message_ms = Summarize(all.message_us);
     r.server_batch_size = SummarizeScaled(all.server_batch, 1.0);
     r.server_queue_ms = Summarize(all.server_queue_us);
+    r.server_total_ms = Summarize(all.server_total_us);
     r.server_batch_ms = Summarize(all.server_batch_us);
     r.server_batch_kernel_ms = Summarize(all.server_batch_kernel_us);
     r.server_overhead_ms = Summarize(all.server_overhead_us);
@@ -867,7 +870,8 @@ std::string FormatSessionReport(const SessionReport& r) {
         << Fmt(r.server_batch_size.p50, 0) << "  p99 " << Fmt(r.server_batch_size.p99, 0)
         << "  max " << Fmt(r.server_batch_size.max, 0)
         << " (sequence steps per launch, from ExecutionReport)\n";
-    out << LatencyLine("server queue time", r.server_queue_ms);
+    out << LatencyLine("server queue time", r.server_queue_ms)
+        << LatencyLine("server time/step", r.server_total_ms);
   }
   if (r.server_batch_ms.count > 0) {
     out << LatencyLine("server batch wall", r.server_batch_ms)
@@ -918,6 +922,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["stream_message_latency_ms"] = LatencyJson(r.message_ms);
   j["server_batch_size"] = LatencyJson(r.server_batch_size);
   j["server_queue_ms"] = LatencyJson(r.server_queue_ms);
+  j["server_total_ms"] = LatencyJson(r.server_total_ms);
   j["server_batch_ms"] = LatencyJson(r.server_batch_ms);
   j["server_batch_kernel_ms"] = LatencyJson(r.server_batch_kernel_ms);
   j["server_overhead_ms"] = LatencyJson(r.server_overhead_ms);

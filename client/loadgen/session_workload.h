@@ -163,6 +163,10 @@ struct SessionReport {
   LatencySummary message_ms;  // stream: write of a request -> read of its result
   LatencySummary server_batch_size;  // ExecutionReport.batch_size of OK steps (not ms)
   LatencySummary server_queue_ms;    // ExecutionReport.times.queue_us of OK steps
+  // ExecutionReport.times.total_us of OK steps: the server's time from reading the message to
+  // handing its response to gRPC (validation, queue, batch, response building). The rest of
+  // message_ms is the transport both ways and the client's gRPC read/write.
+  LatencySummary server_total_ms;
   // Per OK batched step (PhaseTimes.batch_us / batch_kernel_us): the wall time of the server
   // batch it ran in, that batch's device kernel time, and wall minus kernels (the server's own
   // time per batched step: staging, copies, locking, bookkeeping).
