@@ -18,13 +18,15 @@ mkdir -p "$out"
 b="$root/.bundle/attn/run.sh"
 STREAMS=${STREAMS:-64}
 STEPS=${STEPS:-1024}
-# Modes: on (64 per batch, 2 batch threads), on1 (64 per batch, 1 batch thread: a batch's wall
-# time then holds no wait for the other thread's launch), off (1 per batch, 2 batch threads).
-for mode in on on1 off; do
+# Modes: on (64 per batch, 2 batch threads), on1 (64 per batch, 1 batch thread), on4 (64 per
+# batch, 4 batch threads), off (1 per batch, 2 batch threads). MODES picks (default: on on1 off).
+MODES=${MODES:-on on1 off}
+for mode in $MODES; do
   dir=$(mktemp -d)
   case $mode in
     on) batch=(--max-batch-requests 64 --batch-threads 2) ;;
     on1) batch=(--max-batch-requests 64 --batch-threads 1) ;;
+    on4) batch=(--max-batch-requests 64 --batch-threads 4) ;;
     off) batch=(--max-batch-requests 1 --batch-threads 2) ;;
   esac
   "$b" attention-server --listen 127.0.0.1:0 --port-file "$dir/port" --kv-device gpu \
@@ -32,22 +34,33 @@ for mode in on on1 off; do
     --max-queue-requests 4096 2>"$out/batching-$mode-server.log" &
   pid=$!
   for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
-  "$b" attention-loadgen --target "127.0.0.1:$(cat "$dir/port")" --workload session \
+  # CPU time of the loadgen (its rusage as a child) and of the server (/proc, before the stop):
+  # the loadgen shares the host's cores with the server.
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.call(sys.argv[1:])
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("loadgen cpu: user %.2f s, sys %.2f s" % (u.ru_utime, u.ru_stime), file=sys.stderr)
+sys.exit(r)' "$b" attention-loadgen --target "127.0.0.1:$(cat "$dir/port")" --workload session \
     --decode-api stream --requests "$STREAMS" --concurrency "$STREAMS" --layers 1 --heads 32 \
     --kv-heads 8 --head-dim 128 --dtype bf16 --fixed-tokens 4096 --max-gen "$STEPS" \
     --verify-fraction 0 --check-kv-released --fail-on-error --quiet \
     --json "$out/batching-$mode.json" >"$out/batching-$mode.txt" 2>&1
   echo "batching $mode: loadgen exit $?"
+  awk -v hz="$(getconf CLK_TCK)" '{printf "server cpu: user %.2f s, sys %.2f s\n", $14/hz, $15/hz}' \
+    "/proc/$pid/stat" | tee -a "$out/batching-$mode.txt"
+  grep "loadgen cpu" "$out/batching-$mode.txt"
   kill -TERM "$pid"; wait "$pid"
   echo "batching $mode: server exit $?"
-  grep "sequence steps:" "$out/batching-$mode-server.log" | tail -n 1
+  grep "sequence steps" "$out/batching-$mode-server.log" | tail -n 2
   tail -n 12 "$out/batching-$mode.txt"
 done
 python3 - "$out" "$STREAMS" <<'PY'
 import json, sys, os
 out, streams = sys.argv[1], int(sys.argv[2])
 res = {}
-for mode in ("on", "on1", "off"):
+for mode in ("on", "on1", "on4", "off"):
+    if not os.path.exists(os.path.join(out, f"batching-{mode}.json")):
+        continue  # not in MODES
     try:
         j = json.load(open(os.path.join(out, f"batching-{mode}.json")))
     except Exception as e:
@@ -73,7 +86,7 @@ for mode in res:
     q, bw = res[mode].get("server_queue_ms") or {}, res[mode].get("server_batch_ms") or {}
     if q.get("p99") is not None and bw.get("p99") is not None:
         res[mode]["queue_p99_within_one_batch"] = q["p99"] <= 0.0 + bw["p99"]
-for on in ("on", "on1"):
+for on in ("on", "on1", "on4"):
     if on in res and "off" in res:
         for k in ("steps_per_s_wall", "steps_per_s_decode", "steps_per_s_steady"):
             a, b = res[on][k], res["off"][k]

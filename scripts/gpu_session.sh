@@ -11,6 +11,7 @@
 #   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
 #   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
+# CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step.
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
 # Python client) are installed into /tmp/site first. A bundle carried compressed as
 # .carry/bundle.txz (scripts/bundle.sh, then `tar -C .bundle -cJf .carry/bundle.txz attn`, to
@@ -45,7 +46,8 @@ for step in $steps; do
     check)
       say "check"
       mkdir -p "$OUT/check"
-      OUT="$OUT/check" timeout 580 bash "$root/scripts/gpu_check.sh" >"$OUT/check/gpu_check.txt" 2>&1
+      OUT="$OUT/check" timeout "${CHECK_TIMEOUT:-580}" bash "$root/scripts/gpu_check.sh" \
+        >"$OUT/check/gpu_check.txt" 2>&1
       echo "gpu_check exit $?" >>"$OUT/check/gpu_check.txt"
       tail -n 25 "$OUT/check/gpu_check.txt"
       ;;
