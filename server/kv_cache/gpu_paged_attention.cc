@@ -23,6 +23,20 @@ struct Segments {
   }
 };
 
+/// PagedAttendItems as the parallel arrays AttendMany takes.
+struct AttendArrays {
+  AttendArrays(const PagedAttendItem *items, size_t n) : layers(n), queries(n), outs(n) {
+    for (size_t i = 0; i < n; ++i) {
+      layers[i] = items[i].layer;
+      queries[i] = items[i].query;
+      outs[i] = items[i].o;
+    }
+  }
+  std::vector<PagedLayerView> layers;
+  std::vector<PagedQuery> queries;
+  std::vector<void *> outs;
+};
+
 bool SamePool(const kernels::PagedKvPool &a, const kernels::PagedKvPool &b) {
   return a.k_pages == b.k_pages && a.v_pages == b.v_pages && a.page_tokens == b.page_tokens &&
          a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.kv_dtype == b.kv_dtype;
@@ -574,19 +588,12 @@ Status GpuPagedAttention::AppendAttendBatch(PagedAppendItem *appends,
                                             const PagedAttendItem *attends, size_t n,
                                             LaunchTimes *times) {
   if (n == 0) return Status::Ok();
-  std::vector<PagedLayerView> layers(n);
-  std::vector<PagedQuery> queries(n);
-  std::vector<void *> outs(n);
-  for (size_t i = 0; i < n; ++i) {
-    layers[i] = attends[i].layer;
-    queries[i] = attends[i].query;
-    outs[i] = attends[i].o;
-  }
+  const AttendArrays arrays(attends, n);
   AppendJob a;
   ATTN_RETURN_IF_ERROR(LayoutAppend(appends, n, &a));
   AttendJob t;
-  ATTN_RETURN_IF_ERROR(
-      LayoutAttend(layers.data(), queries.data(), outs.data(), static_cast<int64_t>(n), &t));
+  ATTN_RETURN_IF_ERROR(LayoutAttend(arrays.layers.data(), arrays.queries.data(),
+                                    arrays.outs.data(), static_cast<int64_t>(n), &t));
   return Run(&a, &t, times);
 }
 
@@ -616,15 +623,9 @@ Status GpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
 
 Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n,
                                       LaunchTimes *times) {
-  std::vector<PagedLayerView> layers(n);
-  std::vector<PagedQuery> queries(n);
-  std::vector<void *> outs(n);
-  for (size_t i = 0; i < n; ++i) {
-    layers[i] = items[i].layer;
-    queries[i] = items[i].query;
-    outs[i] = items[i].o;
-  }
-  return AttendMany(layers.data(), queries.data(), outs.data(), static_cast<int64_t>(n), times);
+  const AttendArrays arrays(items, n);
+  return AttendMany(arrays.layers.data(), arrays.queries.data(), arrays.outs.data(),
+                    static_cast<int64_t>(n), times);
 }
 
 Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQuery *queries,

@@ -99,6 +99,19 @@ std::string Name(const Config &c) {
          std::to_string(c.head_dim);
 }
 
+/// A sequence of `num_layers` layers with c's heads, head dim and dtypes, scale 1/sqrt(H).
+SequenceConfig SequenceConfigFor(const Config &c, int32_t num_layers) {
+  SequenceConfig sc;
+  sc.num_layers = num_layers;
+  sc.num_kv_heads = c.num_kv_heads;
+  sc.head_dim = c.head_dim;
+  sc.num_heads = c.num_heads;
+  sc.dtype = c.dtype;
+  sc.kv_dtype = c.kv_dtype;
+  sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  return sc;
+}
+
 double Tolerance(const Config &c) {
   // Both sides round to the dtype; FP8 pages hold identical bytes on both sides (the same
   // append rule), so the difference is the attention arithmetic, not the quantisation.
@@ -166,14 +179,7 @@ TEST_F(GpuPagedAttentionTest, ExtendMatchesCpuThroughLifecycle) {
   };
   std::mt19937 rng(1234);
   for (const Config &c : configs) {
-    SequenceConfig sc;
-    sc.num_layers = 2;
-    sc.num_kv_heads = c.num_kv_heads;
-    sc.head_dim = c.head_dim;
-    sc.num_heads = c.num_heads;
-    sc.dtype = c.dtype;
-    sc.kv_dtype = c.kv_dtype;
-    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    const SequenceConfig sc = SequenceConfigFor(c, 2);
     ASSERT_TRUE(gpu_.compute
                     ->SupportsSequence(c.dtype, c.kv_dtype, c.num_heads, c.num_kv_heads,
                                        c.head_dim)
@@ -270,14 +276,7 @@ TEST_F(GpuPagedAttentionTest, BatchMixesDecodeAndPrefill) {
   };
   std::mt19937 rng(99);
   for (const Config &c : configs) {
-    SequenceConfig sc;
-    sc.num_layers = 1;
-    sc.num_kv_heads = c.num_kv_heads;
-    sc.head_dim = c.head_dim;
-    sc.num_heads = c.num_heads;
-    sc.dtype = c.dtype;
-    sc.kv_dtype = c.kv_dtype;
-    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    const SequenceConfig sc = SequenceConfigFor(c, 1);
     // Histories: 200, 60, 0 (fresh) and 300 tokens, written by single steps on both sides.
     const int64_t history[4] = {200, 60, 0, 300};
     const int64_t batch_t[4] = {1, 1000, 130, 5};
@@ -354,14 +353,7 @@ TEST_F(GpuPagedAttentionTest, BatchMixesDecodeAndPrefill) {
 // threads overlap on the device. Every step must still match the CPU path run one at a time.
 TEST_F(GpuPagedAttentionTest, ConcurrentBatchesOnLanesMatchCpu) {
   const Config c{DType::kBFloat16, DType::kBFloat16, 8, 2, 128};
-  SequenceConfig sc;
-  sc.num_layers = 1;
-  sc.num_kv_heads = c.num_kv_heads;
-  sc.head_dim = c.head_dim;
-  sc.num_heads = c.num_heads;
-  sc.dtype = c.dtype;
-  sc.kv_dtype = c.kv_dtype;
-  sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  const SequenceConfig sc = SequenceConfigFor(c, 1);
   constexpr int kThreads = 4, kSeqs = 6, kRounds = 12;
   constexpr int64_t kHistory = 130;  // one fused paged prefill per sequence first
   std::mt19937 rng(4242);
