@@ -8,8 +8,8 @@ Run against a server that calibrated auto (attention-server --calibrate [--calib
 Shapes: B=1, N=K=8 (override --heads/--kv-heads), H=64 (--head-dim), bf16, bottom-right causal
 self-attention with T = S = ContextTokens x --token-scale of trace rows, skipping lengths that
 are calibration grid points (held out: read from GetServerInfo.auto_calibration). For each shape
-every available GPU backend that supports it and `auto` run --reps times, round-robin after one
-warm-up round; the median of the
+every available GPU backend that supports it and `auto` run --reps times, round-robin (the order
+rotated each round) after one warm-up round; the median of the
 server-reported kernel time (ExecutionReport.times.kernel_us) is compared. Prints one line per
 shape and the share of shapes where auto is within 10 % of the fastest (exit 1 with --strict
 when any is not).
@@ -76,11 +76,17 @@ def main():
             k = rng.standard_normal((1, t, a.kv_heads, a.head_dim)).astype(np.float32)
             v = rng.standard_normal((1, t, a.kv_heads, a.head_dim)).astype(np.float32)
             # Round-robin over auto and the named backends, so clock and cache drift hit every
-            # backend alike; the first round warms up (graph builds) and is dropped.
+            # backend alike, with the order rotated each round, so no backend always runs right
+            # after the same one (on the H200, 2026-11-30, auto ran first in every round, right
+            # after the last round's cudnn, and read 1-2 us slower than fused on the same kernel); the first round
+            # warms up (graph builds) and is dropped.
             us = {b: [] for b in ["auto"] + backends}
             auto_ran = "-"
             for rep in range(a.reps + 1):
-                for b in list(us):
+                names = list(us)
+                for b in names[rep % len(names):] + names[:rep % len(names)]:
+                    if b not in us:  # dropped earlier in this round
+                        continue
                     try:
                         r = c.attend(q, k, v, causal="bottom_right", backend=b, dtype="bfloat16")
                     except Exception as e:  # a backend that cannot run the shape
