@@ -77,9 +77,9 @@ def main():
             v = rng.standard_normal((1, t, a.kv_heads, a.head_dim)).astype(np.float32)
             # Round-robin over auto and the named backends, so clock and cache drift hit every
             # backend alike, with the order rotated each round, so no backend always runs right
-            # after the same one (on the H200, 2026-11-30, auto ran first in every round, right
-            # after the last round's cudnn, and read 1-2 us slower than fused on the same kernel); the first round
-            # warms up (graph builds) and is dropped.
+            # after the same one (on the H200, 2026-11-30, auto ran first in every round, after
+            # the last round's cudnn, and read 1-2 us slower than fused on the same kernel); the
+            # first round warms up (graph builds) and is dropped.
             us = {b: [] for b in ["auto"] + backends}
             auto_ran = "-"
             for rep in range(a.reps + 1):
