@@ -42,6 +42,7 @@ struct ServerConfig {
   bool kv_evict_idle = false;          ///< evict LRU idle sequences when the cache is full
   double sequence_ttl_s = 0.0;         ///< drop sequences idle this long; 0 = never
   int64_t replay_cache_bytes = int64_t{512} << 20;  ///< host bytes for stored replay outputs
+  int64_t sequence_metadata_bytes = int64_t{1} << 30;  ///< host bytes for live sequences' metadata
   bool kv_debug_poison = false;        ///< debug: fill unused/freed KV pages with NaN
   /// Tests only (hidden flag): from the Nth backend Execute on, return INTERNAL as after a
   /// device fault (backends/fault_injecting_backend.h); 0 = off.

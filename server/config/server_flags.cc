@@ -146,6 +146,12 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "replayable: its retry gets FAILED_PRECONDITION with the actual length")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--sequence-metadata-bytes", c->sequence_metadata_bytes,
+                 "host bytes the live sequences' own metadata may hold in all (~170 bytes per "
+                 "layer and sequence, before any KV page); CreateSequence/ForkSequence past it "
+                 "get RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
   // Tests only, hidden from --help (empty group): the Nth backend Execute and every later one

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
   store_options.replica_address = config.advertise_address;
   store_options.ttl_s = config.sequence_ttl_s;
   store_options.replay_cache_bytes = config.replay_cache_bytes;
+  store_options.sequence_metadata_bytes = config.sequence_metadata_bytes;
   store_options.owner_limits = {config.max_sequences_per_identity, config.max_pages_per_identity};
   kv->store = std::make_unique<SequenceStore>(kv->pages.get(), store_options);
   spdlog::info("KV cache on {}: pages of {} tokens in {:.1f} MiB of {} memory", kv->device,

@@ -15,8 +15,9 @@
 
 namespace attn {
 
-/// Host bytes held by stored replay outputs across all sequences, bounded by `cap` bytes
-/// (--replay-cache-bytes; 0 stores nothing).
+/// Host bytes held across all sequences, bounded by `cap` bytes: the stored replay outputs
+/// (--replay-cache-bytes; 0 stores nothing) and the sequences' own host metadata
+/// (--sequence-metadata-bytes, SequenceMetadataBytes in sequence.h).
 class ReplayBudget {
  public:
   explicit ReplayBudget(int64_t cap) : cap_(cap) {}
@@ -35,6 +36,47 @@ class ReplayBudget {
  private:
   const int64_t cap_;
   std::atomic<int64_t> used_{0};
+};
+
+/// `bytes` charged to a budget while this object lives (released on destruction and on
+/// reassignment). Move-only; an empty charge holds nothing.
+class BudgetCharge {
+ public:
+  BudgetCharge() = default;
+  /// Charges `bytes` when `budget` has room: ok() tells whether it did.
+  BudgetCharge(std::shared_ptr<ReplayBudget> budget, int64_t bytes) {
+    if (budget != nullptr && budget->TryCharge(bytes)) {
+      budget_ = std::move(budget);
+      bytes_ = bytes;
+    }
+  }
+  ~BudgetCharge() { Reset(); }
+  BudgetCharge(BudgetCharge &&o) noexcept : budget_(std::move(o.budget_)), bytes_(o.bytes_) {
+    o.budget_.reset();
+    o.bytes_ = 0;
+  }
+  BudgetCharge &operator=(BudgetCharge &&o) noexcept {
+    if (this != &o) {
+      Reset();
+      budget_ = std::move(o.budget_);
+      bytes_ = o.bytes_;
+      o.budget_.reset();
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  BudgetCharge(const BudgetCharge &) = delete;
+  BudgetCharge &operator=(const BudgetCharge &) = delete;
+  bool ok() const { return budget_ != nullptr; }
+  void Reset() {
+    if (budget_ != nullptr) budget_->Release(bytes_);
+    budget_.reset();
+    bytes_ = 0;
+  }
+
+ private:
+  std::shared_ptr<ReplayBudget> budget_;
+  int64_t bytes_ = 0;
 };
 
 /// One stored output, charged to its budget while held (released on Clear, reassignment and

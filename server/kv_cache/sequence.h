@@ -5,6 +5,7 @@
 // SequenceStore's lock guards the LRU fields.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <mutex>
@@ -74,6 +75,9 @@ struct Sequence {
   /// Release, Get).
   std::mutex mu;
   std::vector<LayerState> layers;  ///< (num_layers)
+  /// This sequence's host metadata (SequenceMetadataBytes), charged to the store's
+  /// --sequence-metadata-bytes budget until the sequence is destroyed.
+  BudgetCharge metadata;
   SequenceState state = SequenceState::kLive;
   int64_t fp8_saturations = 0;
 
@@ -90,5 +94,16 @@ struct Sequence {
     return n;
   }
 };
+
+/// Host bytes a sequence of `c` holds before it stores anything (its Sequence, one LayerState
+/// per layer, FP8 scales): what --sequence-metadata-bytes is charged per sequence. Block tables
+/// and stored outputs grow with the cache and are bounded by --kv-cache-bytes and
+/// --replay-cache-bytes. (~170 bytes per layer: 4096 layers hold ~0.7 MB with no page at all.)
+inline int64_t SequenceMetadataBytes(const SequenceConfig &c) {
+  const int64_t layers = std::max<int32_t>(c.num_layers, 0);
+  const int64_t kv_heads = std::max<int32_t>(c.num_kv_heads, 0);
+  return static_cast<int64_t>(sizeof(Sequence)) +
+         layers * (static_cast<int64_t>(sizeof(LayerState)) + 2 * 4 * kv_heads);
+}
 
 }  // namespace attn

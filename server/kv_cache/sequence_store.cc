@@ -35,7 +35,23 @@ SequenceStore::SequenceStore(PagePool *pool, const SequenceStoreOptions &options
       options_(options),
       now_us_(now_us ? std::move(now_us) : SteadyNowUs),
       quota_(options.owner_limits),
-      replay_budget_(std::make_shared<ReplayBudget>(options.replay_cache_bytes)) {}
+      replay_budget_(std::make_shared<ReplayBudget>(options.replay_cache_bytes)),
+      metadata_budget_(std::make_shared<ReplayBudget>(options.sequence_metadata_bytes)) {}
+
+StatusOr<BudgetCharge> SequenceStore::ChargeMetadata(const SequenceConfig &config,
+                                                     const char *what) const {
+  const int64_t bytes = SequenceMetadataBytes(config);
+  BudgetCharge charge(metadata_budget_, bytes);
+  if (!charge.ok()) {
+    return ResourceExhausted(
+        std::string(what) + ": a sequence of " + std::to_string(config.num_layers) +
+        " layers needs " + std::to_string(bytes) + " bytes of host metadata; live sequences hold " +
+        std::to_string(metadata_budget_->used()) + " of the " +
+        std::to_string(metadata_budget_->cap()) +
+        " allowed (--sequence-metadata-bytes): release sequences or use fewer layers");
+  }
+  return charge;
+}
 
 SequenceStore::~SequenceStore() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -81,6 +97,9 @@ StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, Sequenc
   StatusOr<SubPool *> sub = pool_->GetClass(cls);
   if (!sub.ok()) return sub.status();
   auto seq = std::make_shared<Sequence>(std::string(), owner, std::move(config), *sub);
+  StatusOr<BudgetCharge> charge = ChargeMetadata(seq->config, "CreateSequence");
+  if (!charge.ok()) return charge.status();
+  seq->metadata = std::move(*charge);  // before the layers are built
   const int32_t pt = pool_->page_tokens();
   seq->layers.reserve(static_cast<size_t>(seq->config.num_layers));
   for (int32_t l = 0; l < seq->config.num_layers; ++l) seq->layers.emplace_back(pt);
@@ -218,11 +237,14 @@ StatusOr<LockedSequence> SequenceStore::Fork(const std::string &id, const std::s
   }
   auto parent = Acquire(id, owner);
   if (!parent.ok()) return parent.status();
-  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));  // shared pages are already charged
   Sequence *p = parent->seq.get();
   SequenceConfig cfg = p->config;
   cfg.reserve_tokens = 0;
+  StatusOr<BudgetCharge> charge = ChargeMetadata(cfg, "ForkSequence");
+  if (!charge.ok()) return charge.status();
+  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));  // shared pages are already charged
   auto child = std::make_shared<Sequence>(std::string(), owner, std::move(cfg), p->sub);
+  child->metadata = std::move(*charge);
   for (const LayerState &pl : p->layers) {
     LayerState cl(pl.table.page_tokens());
     cl.table = pl.table;

@@ -47,6 +47,10 @@ struct SequenceStoreOptions {
   /// Host bytes the stored outputs of last steps (exact replays) may hold in all
   /// (--replay-cache-bytes; replay_output.h). 0: no step is replayable.
   int64_t replay_cache_bytes = int64_t{512} << 20;
+  /// Host bytes the live sequences' own metadata may hold in all (--sequence-metadata-bytes;
+  /// SequenceMetadataBytes per sequence, charged at Create and Fork): without it a client could
+  /// hold gigabytes of host memory with sequences of many layers and no KV pages.
+  int64_t sequence_metadata_bytes = int64_t{1} << 30;
 };
 
 /// A live sequence with its lock held. Move-only.
@@ -100,6 +104,7 @@ class SequenceStore {
   const security::IdentityQuota &quota() const { return quota_; }
   /// The budget stored replay outputs are charged to (replay_output.h).
   const std::shared_ptr<ReplayBudget> &replay_budget() const { return replay_budget_; }
+  const std::shared_ptr<ReplayBudget> &metadata_budget() const { return metadata_budget_; }
   const SequenceStoreOptions &options() const { return options_; }
   int64_t now_us() const { return now_us_(); }
   int64_t live_sequences() const;
@@ -135,6 +140,10 @@ class SequenceStore {
   std::atomic<int64_t> saturations_{0};
   security::IdentityQuota quota_;
   std::shared_ptr<ReplayBudget> replay_budget_;
+  std::shared_ptr<ReplayBudget> metadata_budget_;
+  /// Charges a new sequence's metadata (`what`: "create" or "fork" for the message); on
+  /// RESOURCE_EXHAUSTED nothing is charged.
+  StatusOr<BudgetCharge> ChargeMetadata(const SequenceConfig &config, const char *what) const;
 };
 
 }  // namespace attn

@@ -288,6 +288,43 @@ TEST_F(StoreTest, ReplayOutputsAreBoundedByTheReplayBudget) {
   EXPECT_EQ(store_->replay_budget()->used(), 0);
 }
 
+// Sequences' own host metadata (~170 bytes per layer before any KV page) is charged to
+// --sequence-metadata-bytes: a CreateSequence or ForkSequence past it gets RESOURCE_EXHAUSTED
+// naming the numbers and changes nothing; releasing a sequence gives its bytes back.
+TEST_F(StoreTest, SequenceMetadataIsBoundedByItsBudget) {
+  const SequenceConfig many = Config(4096);
+  const int64_t each = SequenceMetadataBytes(many);
+  EXPECT_GT(each, 4096 * 100);  // what made 20,000 empty 4096-layer sequences take 13.9 GiB
+  SequenceStoreOptions o;
+  o.sequence_metadata_bytes = 2 * each + each / 2;  // room for two such sequences
+  Make(o);
+  const std::string a = Create("", many);
+  const std::string b = Create("", many);
+  EXPECT_EQ(store_->metadata_budget()->used(), 2 * each);
+  auto third = store_->Create("", many);
+  ASSERT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("--sequence-metadata-bytes"), std::string::npos)
+      << third.status().message();
+  auto fork = store_->Fork(a, "", std::nullopt);
+  ASSERT_EQ(fork.status().code(), StatusCode::kResourceExhausted) << fork.status().ToString();
+  EXPECT_EQ(store_->live_sequences(), 2);
+  EXPECT_EQ(store_->metadata_budget()->used(), 2 * each);
+  // A small sequence still fits; releasing a big one makes room for a fork again.
+  const std::string small = Create("", Config(2));
+  ASSERT_TRUE(store_->Release(b, "", nullptr).ok());
+  std::string child_id;
+  {
+    auto child = store_->Fork(a, "", std::nullopt);  // its lock and reference end here
+    ASSERT_TRUE(child.ok()) << child.status().ToString();
+    child_id = child->seq->id;
+  }
+  for (const std::string &id : {a, small, child_id}) {
+    ASSERT_TRUE(store_->Release(id, "", nullptr).ok());
+  }
+  EXPECT_EQ(store_->live_sequences(), 0);
+  EXPECT_EQ(store_->metadata_budget()->used(), 0);
+}
+
 TEST_F(StoreTest, OwnershipHidesExistence) {
   Make({});
   const std::string id = Create("alice");
