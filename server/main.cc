@@ -161,6 +161,11 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
                                c.pages_total, c.pages_used});
     }
     stats.sequences = sequences.live_sequences();
+    for (const auto& [kind, budget] :
+         {std::pair{"replay_outputs", sequences.replay_budget().get()},
+          std::pair{"sequence_metadata", sequences.metadata_budget().get()}}) {
+      stats.host.push_back({kind, budget->used(), budget->cap()});
+    }
     return stats;
   });
   grpc::EnableDefaultHealthCheckService(true);

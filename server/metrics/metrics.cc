@@ -175,12 +175,19 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     auto kv_cap = GaugeFamily("attn_kv_capacity_pages", "KV-cache pages per layout class.");
     auto kv_used = GaugeFamily("attn_kv_used_pages", "KV-cache pages in use per layout class.");
     auto kv_seq = GaugeFamily("attn_kv_sequences", "Live sequences in the KV cache.");
+    auto kv_host_used = GaugeFamily("attn_kv_host_used_bytes",
+                                    "Host memory of the KV cache outside its pages, by kind "
+                                    "(replay_outputs, sequence_metadata).");
+    auto kv_host_cap = GaugeFamily("attn_kv_host_capacity_bytes",
+                                   "Host-memory budget of the KV cache by kind "
+                                   "(--replay-cache-bytes, --sequence-metadata-bytes).");
     std::lock_guard<std::mutex> lock(mu_);
     peak_flops.metric.push_back(GaugeValue(peak_flops_));
     peak_bytes.metric.push_back(GaugeValue(peak_bytes_));
     bool any_kv = false;
     int64_t sequences = 0;
     std::map<std::string, std::pair<int64_t, int64_t>> classes;
+    std::map<std::string, std::pair<int64_t, int64_t>> host;  // kind -> (used, capacity)
     int64_t in_flight_sum = 0, queued_sum = 0, cap_sum = 0, used_sum = 0;
     bool any_requests = false, any_pool = false;
     for (const auto& [id, s] : sources_) {
@@ -204,6 +211,11 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
           e.first += c.capacity_pages;
           e.second += c.used_pages;
         }
+        for (const auto& h : st.host) {
+          auto& e = host[h.kind];
+          e.first += h.used_bytes;
+          e.second += h.capacity_bytes;
+        }
       }
     }
     if (any_requests) {
@@ -221,10 +233,14 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         kv_used.metric.push_back(
             GaugeValue(static_cast<double>(v.second), {{"layout_class", name}}));
       }
+      for (const auto& [kind, v] : host) {
+        kv_host_used.metric.push_back(GaugeValue(static_cast<double>(v.first), {{"kind", kind}}));
+        kv_host_cap.metric.push_back(GaugeValue(static_cast<double>(v.second), {{"kind", kind}}));
+      }
     }
     std::vector<prometheus::MetricFamily> out;
     for (auto* f : {&in_flight, &queued, &pool_cap, &pool_used, &peak_flops, &peak_bytes, &kv_cap,
-                    &kv_used, &kv_seq}) {
+                    &kv_used, &kv_seq, &kv_host_used, &kv_host_cap}) {
       out.push_back(std::move(*f));
     }
     return out;

@@ -23,6 +23,9 @@
 //       (dense bf16/fp16 tensor peak and memory bandwidth of a known device; 0 if unknown)
 //   attn_kv_capacity_pages{layout_class}, attn_kv_used_pages{layout_class},
 //   attn_kv_sequences                                        gauges (RegisterKvCache)
+//   attn_kv_host_used_bytes{kind}, attn_kv_host_capacity_bytes{kind}   gauges (RegisterKvCache):
+//       host memory of the KV cache outside its pages, kind "replay_outputs"
+//       (--replay-cache-bytes) and "sequence_metadata" (--sequence-metadata-bytes)
 //   attn_build_info{version,build,device,compute_capability,driver,cudnn,backends,...} = 1
 // served by MetricsHttpServer (metrics_http_server.h) on --metrics-address.
 //
@@ -137,6 +140,13 @@ struct KvCacheStats {
   };
   std::vector<PageClass> classes;
   int64_t sequences = 0;  ///< live sequences
+  /// Host-memory budgets of the cache (label value of `kind`, e.g. "replay_outputs").
+  struct HostBudget {
+    std::string kind;
+    int64_t used_bytes = 0;
+    int64_t capacity_bytes = 0;
+  };
+  std::vector<HostBudget> host;
 };
 
 class Metrics;

@@ -25,7 +25,8 @@ CALLS = 12
 SESSIONS = 2
 DASHBOARD = os.path.join(lib.ROOT, "deploy", "grafana", "attention-server.json")
 # Families exported only once a component registers (the KV cache): HELP/TYPE without samples.
-OPTIONAL_SAMPLES = {"attn_kv_capacity_pages", "attn_kv_used_pages", "attn_kv_sequences"}
+OPTIONAL_SAMPLES = {"attn_kv_capacity_pages", "attn_kv_used_pages", "attn_kv_sequences",
+                    "attn_kv_host_used_bytes", "attn_kv_host_capacity_bytes"}
 
 
 def _identity(x):

@@ -79,6 +79,7 @@ TEST(MetricsNaming, EveryFamilyFollowsTheConventions) {
     KvCacheStats s;
     s.classes.push_back({"bf16_p16", 100, 10});
     s.sequences = 3;
+    s.host.push_back({"replay_outputs", 64, 1024});
     return s;
   });
   auto req = m.RegisterRequestGauges([] { return int64_t{2}; }, [] { return int64_t{1}; });
@@ -288,6 +289,8 @@ TEST(MetricsRegistration, ScrapeTimeCallbacksAndUnregistering) {
       s.classes.push_back({"bf16_p16_h128", 1000, 250});
       s.classes.push_back({"fp8_p16_h128", 2000, 0});
       s.sequences = 7;
+      s.host.push_back({"replay_outputs", 4096, 1 << 20});
+      s.host.push_back({"sequence_metadata", 512, 1 << 30});
       return s;
     });
     auto pool = m.RegisterDevicePool([] { return std::pair<int64_t, int64_t>{1 << 30, 4096}; });
@@ -299,6 +302,10 @@ TEST(MetricsRegistration, ScrapeTimeCallbacksAndUnregistering) {
     EXPECT_EQ(Value(t, "attn_kv_used_pages{layout_class=\"bf16_p16_h128\"}"), 250);
     EXPECT_EQ(Value(t, "attn_kv_capacity_pages{layout_class=\"fp8_p16_h128\"}"), 2000);
     EXPECT_EQ(Value(t, "attn_kv_sequences"), 7);
+    EXPECT_EQ(Value(t, "attn_kv_host_used_bytes{kind=\"replay_outputs\"}"), 4096);
+    EXPECT_EQ(Value(t, "attn_kv_host_capacity_bytes{kind=\"replay_outputs\"}"), 1 << 20);
+    EXPECT_EQ(Value(t, "attn_kv_host_used_bytes{kind=\"sequence_metadata\"}"), 512);
+    EXPECT_EQ(Value(t, "attn_kv_host_capacity_bytes{kind=\"sequence_metadata\"}"), 1 << 30);
     EXPECT_EQ(Value(t, "attn_device_pool_capacity_bytes"), 1 << 30);
     EXPECT_EQ(Value(t, "attn_device_pool_used_bytes"), 4096);
     EXPECT_EQ(Value(t, "attn_device_peak_flops_per_second"), 989e12);
