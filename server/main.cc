@@ -2,8 +2,9 @@
 //
 // Start-up: flags → logging → backends (device pool, cuBLAS) → gRPC server with health and
 // reflection → SERVING. SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, in-flight
-// calls finish (up to --drain-timeout-s), then the server stops and the process exits 0 (or 3
-// when the drain timed out with calls still running).
+// calls finish (up to --drain-timeout-s), open ExtendStreams end with UNAVAILABLE (after their
+// current step), then the server stops and the process exits 0 (or 3 when the drain timed out
+// with calls still running).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -238,7 +239,8 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
     attn::security::ReloadTokens(security->authenticator.get());
   }
-  spdlog::info("signal {}: draining ({} in flight)", sig, service.in_flight());
+  spdlog::info("signal {}: draining ({} calls and {} sequence calls or streams in flight)", sig,
+               service.in_flight(), sequence_service.in_flight());
   health->SetServingStatus(false);
   health->SetServingStatus(kServiceName, false);
   health->SetServingStatus("attention.v1.SequenceService", false);
@@ -261,6 +263,9 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
     spdlog::warn("drain timeout after {} s: dropping {} live sequences", config.drain_timeout_s,
                  sequences.live_sequences());
   }
+  // Open ExtendStreams end now (idle ones at once, busy ones after their current step) with
+  // UNAVAILABLE; a client keeping a stream open would otherwise hold the drain to its timeout.
+  sequence_service.EndStreams();
   const bool drained = service.WaitIdle(remaining()) && sequence_service.WaitIdle(remaining());
   if (!drained) {
     // Computations that have started cannot be interrupted; exit now rather than outlive the

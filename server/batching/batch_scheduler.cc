@@ -85,12 +85,14 @@ void BatchScheduler::Stop() {
 }
 
 Status BatchScheduler::Dead(const BatchItem& item) {
-  if (item.Cancelled()) {
-    return Status(StatusCode::kCancelled, "cancelled by the client while queued");
-  }
+  // The deadline first: when it passes, gRPC also cancels the call, and the call's status (log,
+  // metrics) should say why.
   if (std::chrono::system_clock::now() >= item.deadline()) {
     return Status(StatusCode::kDeadlineExceeded,
                   "deadline passed while queued; the call was not computed");
+  }
+  if (item.Cancelled()) {
+    return Status(StatusCode::kCancelled, "cancelled by the client while queued");
   }
   return Status::Ok();
 }

@@ -344,8 +344,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerC
   });
 }
 
-// One stream: read a request, run it on a worker, write its result, read the
-// next.
+// One stream: read a request, run its step in the step batcher, write its result, read the
+// next. State under mu_: reading_ (a read is outstanding), finished_ (Finish was called; it is
+// called exactly once), ending_ (EndStreams: finish instead of reading the next message).
 class SequenceServiceImpl::StreamReactor
     : public grpc::ServerBidiReactor<pb::ExtendRequest, pb::ExtendResult> {
  public:
@@ -354,15 +355,32 @@ class SequenceServiceImpl::StreamReactor
     service_->CallStarted();  // streams on existing sequences are served while draining
     if (grpc::Status admitted = service_->gate_->Admit(*context, nullptr, &owner_);
         !admitted.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
       End(admitted);
       return;
     }
+    {
+      std::lock_guard<std::mutex> registry(service_->streams_mu_);
+      service_->streams_.insert(this);
+      registered_ = true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (service_->ending_streams_.load()) {
+      End(ShuttingDown());
+      return;
+    }
+    reading_ = true;
     StartRead(&request_);
   }
   void OnReadDone(bool ok) override {
-    if (!ok) {
-      End(grpc::Status::OK);  // the client closed its side
-      return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_ = false;
+      if (finished_) return;  // ended by EndStreams while the read was outstanding
+      if (!ok) {
+        End(grpc::Status::OK);  // the client closed its side
+        return;
+      }
     }
     result_.Clear();
     if (grpc::Status limit = service_->gate_->CheckRequest(request_); !limit.ok()) {
@@ -393,20 +411,45 @@ class SequenceServiceImpl::StreamReactor
   }
   void OnCancel() override { service_->steps_->Notify(); }
   void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (!ok) {
       End(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
       return;
     }
+    if (ending_) {
+      End(ShuttingDown());
+      return;
+    }
+    reading_ = true;
     StartRead(&request_);
   }
   void OnDone() override {
+    if (registered_) {
+      std::lock_guard<std::mutex> registry(service_->streams_mu_);
+      service_->streams_.erase(this);
+    }
     service_->CallDone();
     delete this;
   }
+  /// EndStreams: finish now when waiting for a message, else after the current step's write.
+  /// Called with the service's streams_mu_ held (so this reactor outlives the call).
+  void EndForShutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ending_ = true;
+    if (reading_) End(ShuttingDown());  // the outstanding read completes with ok=false
+  }
 
  private:
-  /// Finishes the stream and counts it (one ExtendStream observation per stream).
+  static grpc::Status ShuttingDown() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "server is shutting down: this stream is closed; the sequences of this "
+                        "replica go with it (open them on another replica)");
+  }
+  /// Finishes the stream once and counts it (one ExtendStream observation per stream). Called
+  /// with mu_ held.
   void End(const grpc::Status &st) {
+    if (finished_) return;
+    finished_ = true;
     Finish(st);
     service_->Observe(metrics::Method::kExtendStream, static_cast<StatusCode>(st.error_code()),
                       start_);
@@ -424,7 +467,16 @@ class SequenceServiceImpl::StreamReactor
   std::string owner_;  // set once in the constructor
   pb::ExtendRequest request_;
   pb::ExtendResult result_;
+  std::mutex mu_;
+  bool reading_ = false, finished_ = false, ending_ = false;
+  bool registered_ = false;  // in service_->streams_ (set in the constructor only)
 };
+
+void SequenceServiceImpl::EndStreams() {
+  std::lock_guard<std::mutex> registry(streams_mu_);
+  ending_streams_.store(true);
+  for (StreamReactor *stream : streams_) stream->EndForShutdown();
+}
 
 grpc::ServerBidiReactor<pb::ExtendRequest, pb::ExtendResult> *SequenceServiceImpl::ExtendStream(
     grpc::CallbackServerContext *context) {

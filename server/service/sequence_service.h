@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "attention/v1/sequence.grpc.pb.h"
 #include "batching/step_batcher.h"
@@ -80,6 +81,11 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   /// Waits until no sequence is live (released, expired or evicted; expiry is swept while
   /// waiting) and no call is in flight, or `timeout` passes; true when none is left.
   bool WaitSequencesGone(std::chrono::milliseconds timeout);
+  /// Ends every open ExtendStream for shutdown: one waiting for its next message ends now, one
+  /// with a step in progress right after that step's result is written; each ends with
+  /// UNAVAILABLE ("server is shutting down"), and any stream opened later too. Without this an
+  /// idle open stream held the drain until --drain-timeout-s (exit code 3).
+  void EndStreams();
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
@@ -112,6 +118,10 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
+  // Open ExtendStreams (registered after admission, removed in OnDone), for EndStreams.
+  std::mutex streams_mu_;
+  std::unordered_set<StreamReactor *> streams_;
+  std::atomic<bool> ending_streams_{false};
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 

@@ -7,7 +7,8 @@
    oracle over that history), and releasing it returns every KV page.
 2. SIGTERM under load (Attend and sequence decode loops): every call either completes with a
    correct result or gets UNAVAILABLE (nothing else, nothing half-written), and the process exits
-   0 within the drain timeout.
+   0 within the drain timeout. Open ExtendStreams (idle, waiting for their client's next
+   message, or busy) end with UNAVAILABLE at once instead of holding the drain to its timeout.
 3. An injected device fault (--inject-backend-fault-after=N): calls before N are correct, call N
    reaches the client as INTERNAL, grpc.health.v1 turns NOT_SERVING (overall and per service),
    and later calls are refused rather than answered.
@@ -187,6 +188,63 @@ def test_drain_timeout_bounds_shutdown_with_a_long_call_running():
         assert code == 3, f"exit status {code} after {elapsed:.1f}s: {server.log()[-2000:]}"
         assert elapsed <= 1 + 4, f"exit took {elapsed:.1f}s with --drain-timeout-s 1"
         assert result.get("outcome") not in (None, "OK"), result
+    finally:
+        server.stop(sig=signal.SIGKILL)
+
+
+def test_sigterm_ends_open_streams_and_exits_promptly():
+    """ExtendStreams left open (clients that keep the stream for their next token) do not hold
+    the drain: at SIGTERM the idle ones end at once and the busy ones right after their current
+    step, each with UNAVAILABLE; the process exits 0 well inside --drain-timeout-s (30 s)."""
+    server = ServerProc("--threads", "2", "--cpu-threads", "1")
+    try:
+        stub = spb_grpc.SequenceServiceStub(server.channel)
+        client = AttentionClient(server.target, identity="drain")
+        md = (("x-attn-identity", "drain"),)
+        ends, lock, answered = {}, threading.Lock(), threading.Barrier(7)
+        release = threading.Event()
+
+        def stream(i, busy):
+            seq = client.create_sequence(1, N, K, H)
+            acks = 0
+
+            def requests():
+                pos = 0
+                for step in range(10**6 if busy else 1):
+                    yield step_request(seq.id, pos, 40 + i, step, 1, N, K, H)
+                    pos += 1
+                release.wait(60)  # idle: keep the stream open, send nothing more
+
+            try:
+                for r in stub.ExtendStream(requests(), metadata=md, timeout=60):
+                    assert r.code == 0, r.message
+                    acks += 1
+                    if acks == 1:
+                        answered.wait(30)
+                outcome = ("OK", "")
+            except grpc.RpcError as e:
+                outcome = (e.code().name, e.details() or "")
+            with lock:
+                ends[i] = (busy, acks) + outcome
+
+        threads = [threading.Thread(target=stream, args=(i, i >= 4)) for i in range(6)]
+        for th in threads:
+            th.start()
+        answered.wait(30)  # every stream has had a step answered
+        t0 = time.time()
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=30)
+        elapsed = time.time() - t0
+        release.set()
+        for th in threads:
+            th.join(timeout=30)
+        assert code == 0, f"exit status {code} after {elapsed:.1f}s: {server.log()[-2000:]}"
+        assert elapsed < 10, f"exit took {elapsed:.1f}s with 6 open streams"
+        assert len(ends) == 6, ends
+        for i, (busy, acks, status, detail) in ends.items():
+            assert acks >= 1, ends
+            assert status == "UNAVAILABLE", ends
+            assert "shutting down" in detail, ends
     finally:
         server.stop(sig=signal.SIGKILL)
 

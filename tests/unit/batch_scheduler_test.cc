@@ -208,6 +208,21 @@ TEST_F(SchedulerTest, ExpiredDeadlineIsDroppedBeforeLaunch) {
   EXPECT_EQ(log_.dropped[0], std::make_pair(1, static_cast<int>(StatusCode::kDeadlineExceeded)));
 }
 
+// When a deadline passes gRPC also cancels the call: such an item is reported as
+// DEADLINE_EXCEEDED (why it died), not CANCELLED.
+TEST_F(SchedulerTest, ExpiredAndCancelledIsReportedAsDeadlineExceeded) {
+  Make({1000, 64, 0});
+  Block();
+  TestItem* late = Add(1, "a");
+  late->deadline_at = std::chrono::system_clock::now() - std::chrono::seconds(1);
+  late->cancelled.store(true);
+  Add(2, "a");
+  Release();
+  WaitRan(2);
+  ASSERT_EQ(log_.dropped.size(), 1u);
+  EXPECT_EQ(log_.dropped[0], std::make_pair(1, static_cast<int>(StatusCode::kDeadlineExceeded)));
+}
+
 TEST_F(SchedulerTest, FullQueueIsRefusedWithTheNumbers) {
   Make({1000, 64, 0}, 2);
   Block();
