@@ -121,7 +121,8 @@ void SequenceServiceImpl::Observe(metrics::Method method, StatusCode code,
 
 template <typename Fn>
 grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContext *context,
-                                                      metrics::Method method, Fn fn) {
+                                                      metrics::Method method, Fn fn,
+                                                      bool run_here_when_full) {
   grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
   const Clock::time_point start = Clock::now();
   CallStarted();  // while draining, calls on existing sequences are still served
@@ -139,6 +140,11 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
     Observe(method, s.code(), start);
     CallDone();
   };
+  if (run_here_when_full) {
+    auto shared = std::make_shared<decltype(task)>(std::move(task));
+    if (!workers_->TrySubmit([shared] { (*shared)(); })) (*shared)();
+    return reactor;
+  }
   if (!workers_->TrySubmit(std::move(task))) {
     reactor->Finish(ToGrpc(ResourceExhausted("request queue is full (--max-queue-requests=" +
                                              std::to_string(workers_->max_queued()) + ")")));
@@ -325,7 +331,7 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
     ATTN_RETURN_IF_ERROR(store_->Release(request->sequence_id(), owner, &freed));
     response->set_pages_freed(freed);
     return Status::Ok();
-  });
+  }, /*run_here_when_full=*/true);
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerContext *context,

@@ -98,9 +98,12 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
 
  private:
   class StreamReactor;
+  /// Runs `fn` on a worker and finishes the call with its status. A full worker queue refuses
+  /// the call with RESOURCE_EXHAUSTED, except with `run_here_when_full` (ReleaseSequence: a
+  /// release frees memory, so load never refuses it; it runs on the gRPC thread instead).
   template <typename Fn>
   grpc::ServerUnaryReactor *Submit(grpc::CallbackServerContext *context, metrics::Method method,
-                                   Fn fn);
+                                   Fn fn, bool run_here_when_full = false);
   /// Records one finished call of `method` that started at `start` (no-op without metrics).
   void Observe(metrics::Method method, StatusCode code,
                std::chrono::steady_clock::time_point start) const;

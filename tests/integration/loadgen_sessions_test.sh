@@ -44,4 +44,23 @@ assert j["forks"] > 0 and j["tokens_saved"] > 0 and j["prefix_evictions"] > 0, j
 assert j["kv_pages_used_after"] == 0, j
 PY
 [ "$(wc -l <"$dir/mc.csv")" -eq 2 ] && head -1 "$dir/mc.csv" | grep -q '^workload,decode_api,'
+# Overload: a second server with a 2-slot queue and one worker refuses much of 32 concurrent
+# sessions (RESOURCE_EXHAUSTED), but never a ReleaseSequence (it runs on the gRPC thread when
+# the queue is full), so every sequence that was created is released: 0 pages, 0 sequences.
+kill "$pid"; wait "$pid" 2>/dev/null || true
+rm -f "$dir/port"
+"$server" --listen 127.0.0.1:0 --port-file "$dir/port" --log-level warn --metrics-address "" \
+  --threads 1 --max-queue-requests 2 2>"$dir/server2.log" &
+pid=$!
+for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
+"$loadgen" --target "127.0.0.1:$(cat "$dir/port")" --layers 1 --heads 4 --kv-heads 2 \
+  --head-dim 16 --verify-fraction 0 --quiet --workload session --decode-api stream \
+  --requests 96 --concurrency 32 --dtype fp32 --fixed-tokens 8 --max-gen 8 \
+  --check-kv-released --json "$dir/overload.json" >"$dir/overload.txt" || true
+python3 - "$dir/overload.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["errors"].get("RESOURCE_EXHAUSTED", 0) > 0, j  # the overload really happened
+assert j["kv_pages_used_after"] == 0, j
+PY
 echo PASS
