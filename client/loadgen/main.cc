@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -507,6 +508,25 @@ int Main(int argc, char** argv) {
   if (scaling.min_tokens > scaling.max_tokens) {
     std::cerr << "attention-loadgen: --min-tokens exceeds --max-tokens\n";
     return kExitCannotStart;
+  }
+  {
+    // The largest request of this run (q, k and v of its most tokens) must fit the message
+    // limit: refused here rather than built and aborted (2^40 tokens made std::bad_alloc).
+    const bool fixed = workload == "fixed" || fixed_opt->count() > 0;
+    const int64_t most = fixed ? fixed_tokens : scaling.max_tokens;
+    const double bytes = static_cast<double>(std::max<int64_t>(1, run.shape.batch)) *
+                         static_cast<double>(most) *
+                         static_cast<double>(run.shape.heads + 2 * run.shape.kv_heads) *
+                         static_cast<double>(run.shape.head_dim) * DTypeSize(run.shape.dtype);
+    const double limit = static_cast<double>(std::min(run.max_message_mb, 2047)) * (1 << 20);
+    if (bytes > limit) {
+      std::cerr << "attention-loadgen: a request of " << most << " tokens is " << bytes / (1 << 20)
+                << " MiB (batch x tokens x (heads + 2 kv-heads) x head-dim x dtype), more than "
+                   "--max-message-mb "
+                << std::min(run.max_message_mb, 2047)
+                << "; use fewer tokens (--fixed-tokens / --max-tokens) or a smaller shape\n";
+      return kExitCannotStart;
+    }
   }
   run.duration_s = duration_s;
 
