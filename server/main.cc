@@ -132,7 +132,10 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   attn::AttentionServiceImpl service(config, built->registry.get(), &workers, built->facts,
                                      on_fault, &metrics, &shadow);
   const attn::metrics::Registration request_gauges =
-      metrics.RegisterRequestGauges([&service] { return service.in_flight(); },
+      // In flight: Attend calls plus SequenceService calls and open streams (as GetLoad).
+      metrics.RegisterRequestGauges([&service, &sequence_service] {
+                                      return service.in_flight() + sequence_service.in_flight();
+                                    },
                                     [&workers, &service, &sequence_service] {
                                       return static_cast<int64_t>(workers.queued()) +
                                              service.queued_requests() +

@@ -28,10 +28,18 @@ StatusOr<BuiltBackends> BuildBackends(const ServerConfig& config) {
   int driver = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
   built.facts.cuda_driver_version = CudaVersionString(driver);
-  spdlog::info("NVIDIA driver supports CUDA {}; this server was built with CUDA {}",
-               CudaVersionString(driver), CudaVersionString(CUDART_VERSION));
   const Status driver_ok = driver > 0 ? CheckCudaDriver(driver, CUDART_VERSION) : Status::Ok();
-  if (!driver_ok.ok()) {
+  if (driver > 0) {
+    spdlog::info("NVIDIA driver supports CUDA {}; this server was built with CUDA {}",
+                 CudaVersionString(driver), CudaVersionString(CUDART_VERSION));
+  }
+  if (driver <= 0) {
+    // No libcuda at all: say so (CUDA's own error for this case reads "CUDA driver version is
+    // insufficient for CUDA runtime version", which suggests an old driver instead).
+    why = "no NVIDIA driver on this machine, so no GPU";
+    spdlog::info("{} (this server was built with CUDA {})", why,
+                 CudaVersionString(CUDART_VERSION));
+  } else if (!driver_ok.ok()) {
     why = driver_ok.message();
     spdlog::error("{}", why);
   } else if (CudaDeviceCount(&why) > 0) {
