@@ -5,7 +5,7 @@
 // sequence with many query heads over one KV head: output bytes per token N·H vs KV bytes
 // 2·K·H). A step whose output does not fit the budget is not stored; a retry of it then gets
 // FAILED_PRECONDITION with the actual length, which tells the client the step was applied.
-// Thread-safety: ReplayBudget is thread-safe; a ReplayOutput is guarded by its sequence's lock.
+// Thread-safety: a ReplayOutput is guarded by its sequence's lock (its ByteBudget is thread-safe).
 #pragma once
 
 #include <atomic>
@@ -13,71 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "kv_cache/byte_budget.h"
+
 namespace attn {
-
-/// Host bytes held across all sequences, bounded by `cap` bytes: the stored replay outputs
-/// (--replay-cache-bytes; 0 stores nothing) and the sequences' own host metadata
-/// (--sequence-metadata-bytes, SequenceMetadataBytes in sequence.h).
-class ReplayBudget {
- public:
-  explicit ReplayBudget(int64_t cap) : cap_(cap) {}
-  /// Adds `bytes` when the total stays within the cap; false (nothing added) otherwise.
-  bool TryCharge(int64_t bytes) {
-    int64_t used = used_.load(std::memory_order_relaxed);
-    do {
-      if (bytes > cap_ - used) return false;
-    } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-    return true;
-  }
-  void Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
-  int64_t used() const { return used_.load(std::memory_order_relaxed); }
-  int64_t cap() const { return cap_; }
-
- private:
-  const int64_t cap_;
-  std::atomic<int64_t> used_{0};
-};
-
-/// `bytes` charged to a budget while this object lives (released on destruction and on
-/// reassignment). Move-only; an empty charge holds nothing.
-class BudgetCharge {
- public:
-  BudgetCharge() = default;
-  /// Charges `bytes` when `budget` has room: ok() tells whether it did.
-  BudgetCharge(std::shared_ptr<ReplayBudget> budget, int64_t bytes) {
-    if (budget != nullptr && budget->TryCharge(bytes)) {
-      budget_ = std::move(budget);
-      bytes_ = bytes;
-    }
-  }
-  ~BudgetCharge() { Reset(); }
-  BudgetCharge(BudgetCharge &&o) noexcept : budget_(std::move(o.budget_)), bytes_(o.bytes_) {
-    o.budget_.reset();
-    o.bytes_ = 0;
-  }
-  BudgetCharge &operator=(BudgetCharge &&o) noexcept {
-    if (this != &o) {
-      Reset();
-      budget_ = std::move(o.budget_);
-      bytes_ = o.bytes_;
-      o.budget_.reset();
-      o.bytes_ = 0;
-    }
-    return *this;
-  }
-  BudgetCharge(const BudgetCharge &) = delete;
-  BudgetCharge &operator=(const BudgetCharge &) = delete;
-  bool ok() const { return budget_ != nullptr; }
-  void Reset() {
-    if (budget_ != nullptr) budget_->Release(bytes_);
-    budget_.reset();
-    bytes_ = 0;
-  }
-
- private:
-  std::shared_ptr<ReplayBudget> budget_;
-  int64_t bytes_ = 0;
-};
 
 /// One stored output, charged to its budget while held (released on Clear, reassignment and
 /// destruction). Move-only.
@@ -104,7 +42,7 @@ class ReplayOutput {
 
   /// Replaces the held output with a copy of `o` when `budget` has room for it; otherwise
   /// holds nothing and returns false.
-  bool Store(const std::shared_ptr<ReplayBudget> &budget, const std::string &o) {
+  bool Store(const std::shared_ptr<ByteBudget> &budget, const std::string &o) {
     Clear();
     if (budget == nullptr || !budget->TryCharge(static_cast<int64_t>(o.size()))) return false;
     budget_ = budget;
@@ -120,7 +58,7 @@ class ReplayOutput {
   const std::string &bytes() const { return bytes_; }
 
  private:
-  std::shared_ptr<ReplayBudget> budget_;
+  std::shared_ptr<ByteBudget> budget_;
   std::string bytes_;
 };
 

@@ -14,6 +14,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "kv_cache/block_table.h"
+#include "kv_cache/byte_budget.h"
 #include "kv_cache/replay_output.h"
 #include "kv_cache/sub_pool.h"
 

@@ -35,8 +35,8 @@ SequenceStore::SequenceStore(PagePool *pool, const SequenceStoreOptions &options
       options_(options),
       now_us_(now_us ? std::move(now_us) : SteadyNowUs),
       quota_(options.owner_limits),
-      replay_budget_(std::make_shared<ReplayBudget>(options.replay_cache_bytes)),
-      metadata_budget_(std::make_shared<ReplayBudget>(options.sequence_metadata_bytes)) {}
+      replay_budget_(std::make_shared<ByteBudget>(options.replay_cache_bytes)),
+      metadata_budget_(std::make_shared<ByteBudget>(options.sequence_metadata_bytes)) {}
 
 StatusOr<BudgetCharge> SequenceStore::ChargeMetadata(const SequenceConfig &config,
                                                      const char *what) const {

@@ -103,8 +103,8 @@ class SequenceStore {
   /// Live sequences and KV pages per owner (security/identity_quota.h).
   const security::IdentityQuota &quota() const { return quota_; }
   /// The budget stored replay outputs are charged to (replay_output.h).
-  const std::shared_ptr<ReplayBudget> &replay_budget() const { return replay_budget_; }
-  const std::shared_ptr<ReplayBudget> &metadata_budget() const { return metadata_budget_; }
+  const std::shared_ptr<ByteBudget> &replay_budget() const { return replay_budget_; }
+  const std::shared_ptr<ByteBudget> &metadata_budget() const { return metadata_budget_; }
   const SequenceStoreOptions &options() const { return options_; }
   int64_t now_us() const { return now_us_(); }
   int64_t live_sequences() const;
@@ -139,8 +139,8 @@ class SequenceStore {
   std::atomic<int64_t> expirations_{0};
   std::atomic<int64_t> saturations_{0};
   security::IdentityQuota quota_;
-  std::shared_ptr<ReplayBudget> replay_budget_;
-  std::shared_ptr<ReplayBudget> metadata_budget_;
+  std::shared_ptr<ByteBudget> replay_budget_;
+  std::shared_ptr<ByteBudget> metadata_budget_;
   /// Charges a new sequence's metadata (`what`: "create" or "fork" for the message); on
   /// RESOURCE_EXHAUSTED nothing is charged.
   StatusOr<BudgetCharge> ChargeMetadata(const SequenceConfig &config, const char *what) const;

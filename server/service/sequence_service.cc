@@ -141,8 +141,7 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
     CallDone();
   };
   if (run_here_when_full) {
-    auto shared = std::make_shared<decltype(task)>(std::move(task));
-    if (!workers_->TrySubmit([shared] { (*shared)(); })) (*shared)();
+    if (!workers_->TrySubmit(task)) task();  // a copy goes to the queue; this one runs here
     return reactor;
   }
   if (!workers_->TrySubmit(std::move(task))) {
