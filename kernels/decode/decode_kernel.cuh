@@ -32,7 +32,10 @@
 //     writes O (dtype) and lse directly when there is one partition, otherwise the normalised
 //     partial O (fp32) and its lse into the workspace for the merge kernel.
 // Masking: key j is visible to row (t, gq) iff j <= t + S_b - T_b (bottom-right causal; also
-// bounds j < S_b). Only tiles reaching past the first row's diagonal are masked per element.
+// bounds j < S_b). Only tiles reaching past the first row's diagonal are masked per element;
+// in those each warp also checks its 16 V rows for ±Inf/NaN (NaN for FP8 pages) and keeps them
+// away from rows that cannot see them (common/nonfinite.cuh); a row that sees one outputs NaN.
+// Exponents are formed with separately rounded products (finite at any logit magnitude).
 // Rows that see no key: zeros and lse = -inf (never NaN: the running max is replaced by 0
 // while a row has seen nothing, and fully masked rows keep sum 0).
 // Included only by kernels/decode/decode_hd<H>.cu, which instantiate it explicitly.
@@ -44,6 +47,7 @@
 
 #include <cstdint>
 
+#include "../common/nonfinite.cuh"
 #include "decode_params.h"
 
 namespace attn::kernels::decode {
@@ -157,6 +161,37 @@ __device__ __forceinline__ float Fp8Unscale() {
 }
 
 /// Hints the 128-byte line at `p` into L2 (no register result, never faults the loop).
+__device__ __forceinline__ void LdShared4(uint32_t addr, uint32_t (&w)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void StShared4(uint32_t addr, const uint32_t (&w)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]),
+               "r"(w[2]), "r"(w[3])
+               : "memory");
+}
+
+/// A 32-bit word of a V row: two fp16/bf16 values (16-bit pages) or four E4M3 bytes.
+template <bool kFp8, bool kBf16>
+__device__ __forceinline__ bool VWordNonFinite(uint32_t w) {
+  if constexpr (kFp8) {
+    return common::AnyNaNE4M3x4(w);
+  } else {
+    return common::AnyNonFinite16x2<kBf16>(w);
+  }
+}
+
+template <bool kFp8, bool kBf16>
+__device__ __forceinline__ uint32_t VWordZeroNonFinite(uint32_t w) {
+  if constexpr (kFp8) {
+    return common::ZeroNaNE4M3x4(w);
+  } else {
+    return common::ZeroNonFinite16x2<kBf16>(w);
+  }
+}
+
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
@@ -539,6 +574,49 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
         }
     }
 
+    // Non-finite V at keys that some row of a masked tile cannot see (common/nonfinite.cuh).
+    // Only this warp reads its 16 V rows, so it checks, zeroes and flags them itself: lane l
+    // scans half of row wkey + (l & 15). Rare path: rows that see a flagged key get O = NaN.
+    if (n0 + kTileTokens - 1 > unmasked_end) {
+      constexpr int kHalfChunks = Tr::kRowChunks / 2;
+      const int vr = wkey + (lane & 15);
+      const int c0 = (lane >> 4) * kHalfChunks;
+      bool kb = false;
+#pragma unroll
+      for (int c = 0; c < kHalfChunks; ++c) {
+        uint32_t w[4];
+        LdShared4(sv + Tr::TileOffset(vr, c0 + c), w);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kb |= VWordNonFinite<kFp8, kMmaBf16>(w[e]);
+      }
+      const uint32_t ballot = __ballot_sync(0xffffffffu, kb);
+      const uint32_t bad = (ballot | (ballot >> 16)) & 0xffffu;  // bit i: key wkey + i
+      if (bad != 0u) {
+#pragma unroll
+        for (int c = 0; c < kHalfChunks; ++c) {
+          const uint32_t addr = sv + Tr::TileOffset(vr, c0 + c);
+          uint32_t w[4];
+          LdShared4(addr, w);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) w[e] = VWordZeroNonFinite<kFp8, kMmaBf16>(w[e]);
+          StShared4(addr, w);
+        }
+        __syncwarp();  // the zeros are visible to the warp's V reads below
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int last = (r ? hi_row1 : hi_row0) - (n0 + wkey);  // keys wkey + i, i <= last
+          const uint32_t seen = last < 0 ? 0u : (last >= 15 ? 0xffffu : (2u << last) - 1u);
+          if ((bad & seen) != 0u) {
+#pragma unroll
+            for (int dt = 0; dt < Tr::kDT; ++dt) {
+              acc[dt][2 * r] = __int_as_float(0x7fffffff);
+              acc[dt][2 * r + 1] = __int_as_float(0x7fffffff);
+            }
+          }
+        }
+      }
+    }
+
     // Online softmax for rows g (e = 0, 1) and g + 8 (e = 2, 3).
     float alpha[2];
 #pragma unroll
@@ -548,18 +626,21 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[r], mx);
       // 0 while the row has seen no key: exp2(-inf - 0) = 0, never inf - inf.
-      const float m_use = m_new == kNegInf ? 0.f : m_new * sl2;
-      // Exactly 1 when the max stayed (the exp2 of the contracted fma would be 1 ± a few ulp),
-      // so that the rescale below can be skipped; also while the row has seen nothing (acc and
-      // row_sum are 0 then).
-      alpha[r] = m_new == row_max[r] ? 1.f : Exp2(row_max[r] * sl2 - m_use);
+      // Exponents are (s · sl2, rounded) − (max · sl2, rounded), each product rounded alone
+      // (__fmul_rn is never contracted into an FMA): <= 0 and exactly 0 at the max whatever
+      // the logits' magnitude (a contracted fma leaves up to half an ulp of the scaled max,
+      // which overflows exp2 for logits ~1e12 and makes a single-key row's p differ from 1).
+      const float m_use = m_new == kNegInf ? 0.f : __fmul_rn(m_new, sl2);
+      // Exactly 1 when the max stayed, so that the rescale below can be skipped; also while
+      // the row has seen nothing (acc and row_sum are 0 then).
+      alpha[r] = m_new == row_max[r] ? 1.f : Exp2(__fmul_rn(row_max[r], sl2) - m_use);
       row_max[r] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pv = Exp2(fmaf(s[nt][2 * r + e], sl2, -m_use));
+          const float pv = Exp2(__fmul_rn(s[nt][2 * r + e], sl2) - m_use);
           s[nt][2 * r + e] = pv;
           sum += pv;
         }
@@ -645,7 +726,8 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = g + 8 * r;
     if (tig == 0) {
-      stat_m[warp * kRowsPerBlock + row] = row_max[r] == kNegInf ? kNegInf : row_max[r] * sl2;
+      stat_m[warp * kRowsPerBlock + row] =
+          row_max[r] == kNegInf ? kNegInf : __fmul_rn(row_max[r], sl2);
       stat_l[warp * kRowsPerBlock + row] = l;
     }
     float* dst = red + (warp * kRowsPerBlock + row) * Tr::kRedStride;

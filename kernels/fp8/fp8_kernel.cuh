@@ -11,8 +11,9 @@
 //     m16n8k32 are byte-for-byte those of bf16 m16n8k16), from the same XOR-swizzled tiles as
 //     the fused kernel (fused::TileLayout of the equal row size in bytes);
 //   - online softmax: running max and sums in fp32, exp2 domain, q_descale·k_descale·scale·
-//     log2(e) folded into one FFMA and log2(kPScale) into the exponent; the exponentials
-//     P' = 448·exp(logit − max) ∈ [0, 448] in f16x2 (two per MUFU op, see the tile body);
+//     log2(e) in one separately rounded multiply, log2(kPScale) added to the exponent; the
+//     exponentials P' = 448·exp(logit − max) ∈ [0, 448] in f16x2 (two per MUFU op, see the tile
+//     body);
 //   - P' -> e4m3 (cvt.rn.satfinite.e4m3x2.f16x2) directly in the S accumulator layout: the
 //     key permutation of the Vᵀ workspace makes that layout the m16n8k32 A layout;
 //   - O += P'·Vᵀ with m16n8k32 e4m3 MMAs; O = acc · v_descale / Σ P' (the 448 cancels, Σ P'
@@ -286,12 +287,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
 
       // Online softmax (as the fused kernel's), P' = 448 · exp2(s·scale_log2 − m). The exponent
-      // is formed in fp32 (one FFMA), then P' is computed in f16x2: ex2.approx.f16x2 does two
-      // exponentials per MUFU operation (the MUFU, not the tensor cores, bounds an FP8 kernel:
-      // 1 exp per 2·2·H MMA FLOPs), and 10 mantissa bits are far more than the 3 that P keeps
-      // in E4M3 (the exponent's fp16 rounding, ≤ 2^-8 for |x| < 16, moves P' by ≤ 0.3 %;
-      // x → -inf, masked keys, gives 0). Row sums: f16x2 per thread and tile (≤ 16 values of
-      // ≤ 448 per half: ≤ 7168, exact to 2^-8 relative), then fp32 across tiles.
+      // is formed in fp32 (a separately rounded product, then two adds), then P' is computed
+      // in f16x2: ex2.approx.f16x2 does two exponentials per MUFU operation (the MUFU, not the
+      // tensor cores, bounds an FP8 kernel: 1 exp per 2·2·H MMA FLOPs), and 10 mantissa bits are
+      // far more than the 3 that P keeps in E4M3 (the exponent's fp16 rounding, ≤ 2^-8 for
+      // |x| < 16, moves P' by ≤ 0.3 %; x → -inf, masked keys, gives 0). Row sums: f16x2 per
+      // thread and tile (≤ 16 values of ≤ 448 per half: ≤ 7168, exact to 2^-8 relative), then
+      // fp32 across tiles.
       float alpha[kMT][2];
       uint32_t ph[kMT][kNT][2];  // P' as f16x2: [.][nt][r] = keys 2t, 2t+1 of tile nt, row r
       bool rescale = false;
@@ -305,17 +307,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          float m_use = mx * scale_log2;
+          // Separately rounded products (__fmul_rn is never contracted): every exponent is
+          // <= log2(448) and exactly that at the max, whatever the logits' magnitude (as in
+          // the fused kernel; a contracted fma overflows for logits ~1e12).
+          float m_use = __fmul_rn(mx, scale_log2);
           if constexpr (decltype(masked)::value) m_use = mx == kNegInf ? 0.f : m_use;
-          alpha[mt][r] = Exp2(row_max[mt][r] * scale_log2 - m_use);
+          alpha[mt][r] = Exp2(__fmul_rn(row_max[mt][r], scale_log2) - m_use);
           rescale |= alpha[mt][r] != 1.f;
           row_max[mt][r] = mx;
-          const float bias = kLog2PScale - m_use;
           uint32_t hsum = 0u;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-            const uint32_t x = F32x2ToF16x2(fmaf(s[mt][nt][2 * r], scale_log2, bias),
-                                            fmaf(s[mt][nt][2 * r + 1], scale_log2, bias));
+            const uint32_t x =
+                F32x2ToF16x2((__fmul_rn(s[mt][nt][2 * r], scale_log2) - m_use) + kLog2PScale,
+                             (__fmul_rn(s[mt][nt][2 * r + 1], scale_log2) - m_use) + kLog2PScale);
             ph[mt][nt][r] = Exp2F16x2(x);
             hsum = AddF16x2(hsum, ph[mt][nt][r]);
           }

@@ -7,8 +7,11 @@
 //     are issued at the top of tile j, one commit group), zero-filled past S_b;
 //   - S = Q·Kᵀ and O += P·V with mma.sync.m16n8k16 (fp16/bf16 in, fp32 accumulate), operands
 //     fetched with ldmatrix (.trans for V) from XOR-swizzled (or padded) shared memory;
-//   - online softmax in the exp2 domain (scale·log2e folded into one FFMA), running max and sum
-//     per row, no NaN when a row has seen no key yet;
+//   - online softmax in the exp2 domain (logits and the running max scaled by scale·log2e with
+//     separately rounded multiplies, so exponents are <= 0 at any magnitude), running max and
+//     sum per row, no NaN when a row has seen no key yet;
+//   - boundary tiles check their V tile for ±Inf/NaN and keep it away from rows that do not
+//     see it (masked_values.cuh);
 //   - the band mask (BandKeyRange) bounds the key tiles a block visits; it is applied per
 //     element only on boundary tiles;
 //   - O is normalised, staged through shared memory and written with 16-byte stores; lse once.
@@ -28,6 +31,7 @@
 #include <type_traits>
 
 #include "fused_params.h"
+#include "masked_values.cuh"
 
 namespace attn::kernels::fused {
 
@@ -454,6 +458,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       // re-read Q every tile) are recomputed per tile instead of held in registers.
       uint32_t s_qt = s_q;
       asm volatile("" : "+r"(s_qt));
+      if constexpr (decltype(masked)::value) {
+        // Masked keys of this tile may hold ±Inf/NaN in V (masked_values.cuh): rare path only.
+        if (BlockTileHasNonFinite<Tr>(s_v, tid)) {
+          uint32_t key_bad[kBN / 32];
+          FlagAndZeroNonFinite<Tr>(s_v, tid, key_bad);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const KeyRange kr =
+                  BandKeyRange(p.mask, m0 + warp_row0 + mt * 16 + g + 8 * r, q_len, kv_len);
+              if (!kr.empty() && RangeHasFlaggedKey<kBN>(key_bad, static_cast<int>(kr.lo) - n0,
+                                                         static_cast<int>(kr.hi) - n0)) {
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt) {
+                  acc[mt][dt][2 * r] = __int_as_float(0x7fffffff);
+                  acc[mt][dt][2 * r + 1] = __int_as_float(0x7fffffff);
+                }
+              }
+            }
+        }
+      }
       float s[kMT][kNT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -524,18 +550,24 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
             mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          float m_use = mx * p.scale_log2;
+          // Every exp2 argument is (s · scale_log2, rounded) − (max · scale_log2, rounded),
+          // each product rounded alone (__fmul_rn is never contracted into an FMA): rounding
+          // is monotonic, so the argument is <= 0 and exactly 0 at the max, whatever the
+          // logits' magnitude. A contracted fmaf(s, c, −m_use) leaves the product's rounding
+          // error, up to half an ulp of m_use (8192 at logits ~1e12: exp2 overflows to inf,
+          // inf/inf = NaN), and makes a single-key row's p differ from 1.
+          float m_use = __fmul_rn(mx, p.scale_log2);
           if constexpr (decltype(masked)::value) m_use = mx == kNegInf ? 0.f : m_use;
           // exp2(0) = 1 exactly when the max did not move.
-          alpha[mt][r] = Exp2(row_max[mt][r] * p.scale_log2 - m_use);
+          alpha[mt][r] = Exp2(__fmul_rn(row_max[mt][r], p.scale_log2) - m_use);
           rescale |= alpha[mt][r] != 1.f;
           row_max[mt][r] = mx;
           // Row sums per k16 step j of P·V (keys 16j..16j+15), see `fence` below.
           float part[kNT];
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-            const float p0 = Exp2(fmaf(s[mt][nt][2 * r], p.scale_log2, -m_use));
-            const float p1 = Exp2(fmaf(s[mt][nt][2 * r + 1], p.scale_log2, -m_use));
+            const float p0 = Exp2(__fmul_rn(s[mt][nt][2 * r], p.scale_log2) - m_use);
+            const float p1 = Exp2(__fmul_rn(s[mt][nt][2 * r + 1], p.scale_log2) - m_use);
             s[mt][nt][2 * r] = p0;
             s[mt][nt][2 * r + 1] = p1;
             part[nt] = p0 + p1;

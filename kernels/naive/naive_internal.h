@@ -32,6 +32,17 @@ struct SoftmaxParams {
 /// Enqueues the mask + softmax kernel; returns the launch error (cudaSuccess when enqueued).
 cudaError_t LaunchSoftmax(const SoftmaxParams& p, cudaStream_t stream);
 
+/// Enqueues flags[u] = (V of unit u = (b, kh) holds ±Inf or NaN), for units [0, units) of a
+/// padded v (B, S, K, H) in `dtype`; flags: `units` int32 on the device (naive_masked_values.cu).
+cudaError_t LaunchFlagNonFiniteV(DType dtype, const void* v, int64_t units, int64_t S, int64_t K,
+                                 int64_t H, int32_t* flags, cudaStream_t stream);
+
+/// Enqueues the recomputation of the chunk's rows (p.first_unit, p.units; probabilities in
+/// p.probs) whose unit is flagged: o[b, t, h, :] = Σ over the row's band of P · V, so masked keys
+/// never enter. o: (B, T, N, H) in p.dtype, as written by the P·V GEMM.
+cudaError_t LaunchRepairRows(const SoftmaxParams& p, const void* v, void* o, const int32_t* flags,
+                             int64_t H, cudaStream_t stream);
+
 /// One strided-batched GEMM call, in elements. The same decomposition serves both phases:
 /// q_* also addresses o (same layout), kv_* addresses k for phase 1 and v for phase 2,
 /// s_* addresses the chunk's scores (phase 1) and probabilities (phase 2).

@@ -68,26 +68,30 @@ StatusOr<NaivePlan> NaivePlanFor(const AttentionShape& s, size_t workspace_limit
   const size_t elems = static_cast<size_t>(unit_elems);
   p.unit_scores_bytes = elems * 4;
   p.unit_probs_bytes = s.dtype == DType::kFloat32 ? 0 : elems * DTypeSize(s.dtype);
-  const size_t one = ChunkBytes(p, 1);
+  // Per-unit non-finite V flags (naive_masked_values.cu) after the chunk's scores/probabilities.
+  const size_t flags_bytes = AlignUp(static_cast<size_t>(p.num_units) * sizeof(int32_t));
+  const size_t one = ChunkBytes(p, 1) + flags_bytes;
   if (one > workspace_limit_bytes) {
-    return ResourceExhausted("naive: one (batch entry, kv head) unit needs " + std::to_string(one) +
-                             " bytes of workspace (G=" + std::to_string(s.group_size()) +
-                             " heads x T=" + std::to_string(s.max_q_len) +
-                             " x S=" + std::to_string(s.max_kv_len) +
-                             " scores + probabilities) but the limit is " +
-                             std::to_string(workspace_limit_bytes) + " bytes");
+    return ResourceExhausted(
+        "naive: one (batch entry, kv head) unit needs " + std::to_string(one - flags_bytes) +
+        " bytes of workspace (G=" + std::to_string(s.group_size()) +
+        " heads x T=" + std::to_string(s.max_q_len) + " x S=" + std::to_string(s.max_kv_len) +
+        " scores + probabilities) plus " + std::to_string(flags_bytes) +
+        " bytes of per-unit flags, but the limit is " + std::to_string(workspace_limit_bytes) +
+        " bytes");
   }
-  int64_t n = static_cast<int64_t>(
-      std::min<size_t>(workspace_limit_bytes / (p.unit_scores_bytes + p.unit_probs_bytes),
-                       static_cast<size_t>(p.num_units)));
+  const size_t chunk_limit = workspace_limit_bytes - flags_bytes;
+  int64_t n = static_cast<int64_t>(std::min<size_t>(
+      chunk_limit / (p.unit_scores_bytes + p.unit_probs_bytes), static_cast<size_t>(p.num_units)));
   n = std::max<int64_t>(n, 1);
-  while (n > 1 && ChunkBytes(p, n) > workspace_limit_bytes) --n;
+  while (n > 1 && ChunkBytes(p, n) > chunk_limit) --n;
   // Whole batch entries per chunk when possible: allows the batched-over-b GEMM variant.
   if (n >= s.num_kv_heads && n < p.num_units) n = n / s.num_kv_heads * s.num_kv_heads;
   p.units_per_chunk = n;
   p.num_chunks = (p.num_units + n - 1) / n;
   p.probs_offset_bytes = p.unit_probs_bytes == 0 ? 0 : AlignUp(n * p.unit_scores_bytes);
-  p.workspace_bytes = ChunkBytes(p, n);
+  p.flags_offset_bytes = AlignUp(ChunkBytes(p, n));
+  p.workspace_bytes = p.flags_offset_bytes + flags_bytes;
   for (int64_t u0 = 0; u0 < p.num_units; u0 += n) {
     const int64_t u1 = std::min(p.num_units, u0 + n);
     naive_internal::ForEachGemmBatch(s, p.scores_ld, u0, u1,

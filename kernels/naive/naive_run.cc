@@ -1,5 +1,6 @@
-// NaiveRun: enqueues, per chunk of units, the scores GEMMs, the mask + softmax kernel and the
-// P·V GEMMs. Allocation-free and synchronisation-free; errors converted to Status once, here.
+// NaiveRun: enqueues the non-finite V flags, then per chunk of units the scores GEMMs, the
+// mask + softmax kernel, the P·V GEMMs and the repair of rows whose unit's V is non-finite.
+// Allocation-free and synchronisation-free; errors converted to Status once, here.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -118,6 +119,11 @@ Status NaiveRun(const NaivePlan& plan, const AttentionTensors& t, void* workspac
   sp.K = K;
   sp.N = N;
 
+  int32_t* flags =
+      reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + plan.flags_offset_bytes);
+  const cudaError_t fe =
+      naive_internal::LaunchFlagNonFiniteV(s.dtype, t.v, plan.num_units, S, K, H, flags, stream);
+  if (fe != cudaSuccess) return FromCuda(fe, "non-finite V flag kernel launch");
   for (int64_t u0 = 0; u0 < plan.num_units; u0 += plan.units_per_chunk) {
     const int64_t u1 = std::min(plan.num_units, u0 + plan.units_per_chunk);
     // Phase 1: scores(S x T, column-major, ld) = scale * K_blockᵀ-view · Q_block.
@@ -146,6 +152,9 @@ Status NaiveRun(const NaivePlan& plan, const AttentionTensors& t, void* workspac
           compute, CUBLAS_GEMM_DEFAULT);
     });
     if (st != CUBLAS_STATUS_SUCCESS) return FromCublas(st, "cublasGemmStridedBatchedEx (P·V)");
+    // Rows of units with a non-finite V: recomputed over their visible keys only.
+    const cudaError_t re = naive_internal::LaunchRepairRows(sp, t.v, t.o, flags, H, stream);
+    if (re != cudaSuccess) return FromCuda(re, "masked-row repair kernel launch");
   }
   return Status::Ok();
 }

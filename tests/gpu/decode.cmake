@@ -4,7 +4,7 @@
 # it skipped.
 if(ATTN_CUDA)
   add_executable(paged_decode_test ${CMAKE_CURRENT_LIST_DIR}/paged_decode_test.cc)
-  target_link_libraries(paged_decode_test PRIVATE attn_kernels GTest::gtest_main
+  target_link_libraries(paged_decode_test PRIVATE attn_kernels attn_parity GTest::gtest_main
                         CUDA::cudart_static)
   add_test(NAME paged_decode_test COMMAND paged_decode_test)
   set_tests_properties(paged_decode_test PROPERTIES

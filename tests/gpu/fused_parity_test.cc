@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attn/kernels/fused_attention.h"
+#include "edge_cases.h"
 #include "fused_params.h"  // kernels/fused: BlockKeyTiles, shared with the kernel
 #include "parity_harness.h"
 
@@ -208,6 +209,23 @@ TEST_F(FusedGpu, EveryVariant) {
       opt.include_hard_inputs = false;
       ExpectParity("variant/h" + std::to_string(hd) + "/" + std::to_string(variant),
                    RunGrid(FusedRunner(variant), StandardGrid(opt)));
+    }
+  }
+}
+
+// Edge cases (edge_cases.h): large magnitudes (single-key rows exactly v), very negative
+// logits, NaN/±Inf at masked keys, very wide windows; every tile variant of H = 64 and 128
+// (the non-finite V check depends on the tile's keys and threads) and the other head dims.
+TEST_F(FusedGpu, EdgeCasesEveryVariant) {
+  for (int64_t hd : {32, 64, 80, 96, 128, 256}) {
+    EdgeOptions opt;
+    opt.head_dims = {hd};
+    const int count = kernels::FusedVariantCount(hd);
+    for (int variant = -1; variant < count; ++variant) {
+      KernelRunner runner = FusedRunner(variant);
+      runner.exact_single_key = true;
+      ExpectParity("edge/h" + std::to_string(hd) + "/" + std::to_string(variant),
+                   RunGrid(runner, EdgeCases(opt)));
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attn/kernels/naive_attention.h"
+#include "edge_cases.h"
 #include "parity_harness.h"
 
 namespace attn::parity {
@@ -214,6 +215,18 @@ TEST_F(NaiveGpu, OtherHeadDims) {
   ExpectParity("head_dims", RunGrid(NaiveRunner(), StandardGrid(opt)));
 }
 
+// Edge cases (edge_cases.h), head dims 8 (the NaN case) and 64: large magnitudes
+// (single-key rows exactly v), very negative logits, NaN/±Inf at masked keys and past the
+// lengths (the P·V GEMM multiplies them by zero: naive_masked_values.cu), very wide windows.
+TEST_F(NaiveGpu, EdgeCases) {
+  EdgeOptions opt;
+  opt.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  opt.head_dims = {8, 64};
+  KernelRunner runner = NaiveRunner();
+  runner.exact_single_key = true;
+  ExpectParity("edge", RunGrid(runner, EdgeCases(opt)));
+}
+
 TEST_F(NaiveGpu, LargeCausal) {
   std::vector<HostCase> cases;
   uint64_t seed = 99;
@@ -298,11 +311,14 @@ TEST(NaivePlan, ResourceExhaustedNamesBytes) {
   const std::string& m = small.status().message();
   EXPECT_NE(m.find(std::to_string(one)), std::string::npos) << m;
   EXPECT_NE(m.find(std::to_string(one - 1)), std::string::npos) << m;
-  StatusOr<NaivePlan> chunked = kernels::NaivePlanFor(s, 5 * one);
+  // 5 units plus the per-unit non-finite flags (B*K = 16 int32, one 256-byte aligned block).
+  StatusOr<NaivePlan> chunked = kernels::NaivePlanFor(s, 5 * one + 256);
   ASSERT_TRUE(chunked.ok());
   EXPECT_EQ(chunked->units_per_chunk, 5);  // fewer than K = 8 units: no rounding to entries
   EXPECT_EQ(chunked->num_chunks, 4);
-  EXPECT_LE(chunked->workspace_bytes, 5 * one);
+  EXPECT_LE(chunked->workspace_bytes, 5 * one + 256);
+  EXPECT_EQ(chunked->flags_offset_bytes, 5 * one);
+  EXPECT_EQ(kernels::NaivePlanFor(s, 5 * one)->units_per_chunk, 4);  // the flags need room too
 }
 
 TEST(NaivePlan, RefusesVarlenAndFp8) {

@@ -19,6 +19,7 @@
 
 #include "attn/kernels/cpu_attention.h"
 #include "attn/kernels/host_dtype.h"
+#include "edge_cases.h"
 #include "parity_harness.h"
 
 namespace attn::parity {
@@ -288,6 +289,77 @@ TEST_F(FaultInjection, ThreePercentOffIsCaught) {
                              return Status::Ok();
                            }};
   ExpectAllFail(fault, Sample(*cases_, 11, false));
+}
+
+// Edge cases (edge_cases.h): the cpu reference passes every one, single-key rows bit-exact.
+TEST(ParityHarness, EdgeCasesPassWithCpuRunner) {
+  EdgeOptions opt;
+  opt.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  opt.head_dims = {8, 64};
+  KernelRunner runner = CpuRunner();
+  runner.exact_single_key = true;
+  const std::vector<HostCase> cases = EdgeCases(opt);
+  const std::vector<CaseResult> results = RunGrid(runner, cases);
+  int passed = 0;
+  for (const CaseResult& r : results) passed += r.passed;
+  EXPECT_EQ(passed, static_cast<int>(cases.size()));
+  ReportFailures(results);
+}
+
+/// The naive family's arithmetic with the P·V sum over every key (masked probabilities are
+/// exact zeros): what a GEMM does, so 0 · NaN leaks into rows that cannot see the key.
+Status RunAllKeysPv(const HostCase& c, HostOutputs* out) {
+  ATTN_RETURN_IF_ERROR(RunCpu(c, c.shape, out));
+  const AttentionShape& s = c.shape;
+  const int64_t T = s.max_q_len, S = s.max_kv_len, N = s.num_heads, K = s.num_kv_heads;
+  const int64_t H = s.head_dim;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < N; ++h)
+        for (int64_t e = 0; e < H; ++e) {
+          const int64_t oi = ((b * T + t) * N + h) * H + e;
+          float acc = kernels::LoadAsFloat(out->o.data(), s.dtype, oi);
+          for (int64_t j = 0; j < S; ++j) {
+            const float vj =
+                kernels::LoadAsFloat(c.v.data(), s.dtype, ((b * S + j) * K + h / (N / K)) * H + e);
+            if (!std::isfinite(vj)) acc += 0.f * vj;  // the masked probability times V
+          }
+          kernels::StoreFromFloat(out->o.data(), s.dtype, oi, acc);
+        }
+  return Status::Ok();
+}
+
+TEST(ParityHarness, EdgeCaseFaultsAreCaught) {
+  EdgeOptions opt;
+  opt.dtypes = {DType::kBFloat16};
+  const std::vector<HostCase> cases = EdgeCases(opt);
+  // 0 · NaN at masked keys: every non-finite case must fail.
+  const KernelRunner leak{"masked_nan_leak", kernels::CpuSupports, RunAllKeysPv};
+  int nonfinite = 0, caught = 0;
+  for (const HostCase& c : cases) {
+    if (c.name.find("non-finite") == std::string::npos) continue;
+    ++nonfinite;
+    caught += !RunCase(leak, c).passed;
+  }
+  EXPECT_GT(nonfinite, 0);
+  EXPECT_EQ(caught, nonfinite);
+  // One ulp off on single-key rows: the constant S=1 case must fail the exact check.
+  KernelRunner ulp{"single_key_ulp", kernels::CpuSupports, [](const HostCase& c, HostOutputs* o) {
+                     ATTN_RETURN_IF_ERROR(RunCpu(c, c.shape, o));
+                     const float x = kernels::LoadAsFloat(o->o.data(), c.shape.dtype, 0);
+                     kernels::StoreFromFloat(o->o.data(), c.shape.dtype, 0, x * (1 + 1.f / 64));
+                     return Status::Ok();
+                   }};
+  ulp.exact_single_key = true;
+  int single = 0;
+  for (const HostCase& c : cases) {
+    if (c.name.find("S=1 ") == std::string::npos) continue;
+    ++single;
+    const CaseResult r = RunCase(ulp, c);
+    EXPECT_FALSE(r.passed) << c.name;
+    EXPECT_NE(r.failure.find("single-key"), std::string::npos) << r.failure;
+  }
+  EXPECT_GT(single, 0);
 }
 
 }  // namespace
