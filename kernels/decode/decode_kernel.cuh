@@ -765,7 +765,7 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       f[w] = mw == kNegInf ? 0.f : Exp2(mw - m);
       l += f[w] * stat_l[w * kRowsPerBlock + row];
     }
-    const bool seen = l > 0.f;
+    const bool seen = l != 0.f;  // NaN l (a visible NaN/+Inf logit) propagates, never zeros
     const float inv = seen ? out_scale / l : 0.f;
     float o[8];
 #pragma unroll
@@ -854,7 +854,7 @@ __global__ void __launch_bounds__(128) MergeKernel(const __grid_constant__ Merge
         wsum += w;
       }
     }
-    const bool seen = wsum > 0.f;
+    const bool seen = wsum != 0.f;  // NaN (a visible NaN/+Inf logit) propagates
     const float inv = seen ? 1.f / wsum : 0.f;
     uint2 packed;
     packed.x = PackPair<kBf16>(seen ? o.x * inv : 0.f, seen ? o.y * inv : 0.f);

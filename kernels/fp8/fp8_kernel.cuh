@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = warp_row0 + mt * 16 + g + 8 * r;
-      const bool valid = m0 + row < q_len && l > 0.f;
+      const bool valid = m0 + row < q_len && l != 0.f;  // NaN l propagates (as fused)
       const float mul = valid ? v_descale / l : 0.f;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {

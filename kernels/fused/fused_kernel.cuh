@@ -684,7 +684,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = warp_row0 + mt * 16 + g + 8 * r;  // within the block
-      const bool valid = m0 + row < q_len && l > 0.f;
+      // l == 0 exactly: the row saw no key (zeros, lse -inf). A NaN l (a visible key gave a
+      // NaN or +Inf logit) is a row that saw keys: its NaN must reach the output.
+      const bool valid = m0 + row < q_len && l != 0.f;
       const float inv = valid ? 1.f / l : 0.f;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {

@@ -68,9 +68,11 @@ StatusOr<NaivePlan> NaivePlanFor(const AttentionShape& s, size_t workspace_limit
   const size_t elems = static_cast<size_t>(unit_elems);
   p.unit_scores_bytes = elems * 4;
   p.unit_probs_bytes = s.dtype == DType::kFloat32 ? 0 : elems * DTypeSize(s.dtype);
-  // Per-unit non-finite V flags (naive_masked_values.cu) after the chunk's scores/probabilities.
-  const size_t flags_bytes = AlignUp(static_cast<size_t>(p.num_units) * sizeof(int32_t));
-  const size_t one = ChunkBytes(p, 1) + flags_bytes;
+  // Per-unit non-finite V flags (naive_masked_values.cu, int32) after the chunk's
+  // scores/probabilities, at a 4-byte aligned offset.
+  const size_t flags_bytes = static_cast<size_t>(p.num_units) * sizeof(int32_t);
+  auto align4 = [](size_t x) { return (x + 3) / 4 * 4; };
+  const size_t one = align4(ChunkBytes(p, 1)) + flags_bytes;
   if (one > workspace_limit_bytes) {
     return ResourceExhausted(
         "naive: one (batch entry, kv head) unit needs " + std::to_string(one - flags_bytes) +
@@ -84,13 +86,13 @@ StatusOr<NaivePlan> NaivePlanFor(const AttentionShape& s, size_t workspace_limit
   int64_t n = static_cast<int64_t>(std::min<size_t>(
       chunk_limit / (p.unit_scores_bytes + p.unit_probs_bytes), static_cast<size_t>(p.num_units)));
   n = std::max<int64_t>(n, 1);
-  while (n > 1 && ChunkBytes(p, n) > chunk_limit) --n;
+  while (n > 1 && align4(ChunkBytes(p, n)) > chunk_limit) --n;
   // Whole batch entries per chunk when possible: allows the batched-over-b GEMM variant.
   if (n >= s.num_kv_heads && n < p.num_units) n = n / s.num_kv_heads * s.num_kv_heads;
   p.units_per_chunk = n;
   p.num_chunks = (p.num_units + n - 1) / n;
   p.probs_offset_bytes = p.unit_probs_bytes == 0 ? 0 : AlignUp(n * p.unit_scores_bytes);
-  p.flags_offset_bytes = AlignUp(ChunkBytes(p, n));
+  p.flags_offset_bytes = align4(ChunkBytes(p, n));
   p.workspace_bytes = p.flags_offset_bytes + flags_bytes;
   for (int64_t u0 = 0; u0 < p.num_units; u0 += n) {
     const int64_t u1 = std::min(p.num_units, u0 + n);

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) MaskSoftmaxKernel(SoftmaxParams p, T
         Merge(m, l, m2, l2);
       }
     }
-    const bool empty = kr.empty() || !(l > 0.f);
+    const bool empty = kr.empty() || l == 0.f;  // NaN l (a visible NaN logit) propagates
     const float inv = empty ? 0.f : 1.f / l;
     // Each lane reads s[j] before writing out[j] for the same j, so float32 may run in place.
     for (int64_t j = lane; j < p.S; j += 32) {

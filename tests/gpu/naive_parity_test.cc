@@ -256,7 +256,9 @@ TEST_F(NaiveGpu, ManyChunksAndEveryGemmVariant) {
       const HostCase c = MakeCase(s, InputKind::kNormal, seed++, sp.B > 1);
       StatusOr<NaivePlan> whole = kernels::NaivePlanFor(c.shape, kDefaultWorkspaceLimit);
       ASSERT_TRUE(whole.ok()) << whole.status().ToString();
-      const size_t unit = whole->unit_scores_bytes + whole->unit_probs_bytes + 256;
+      // One unit's scores + probabilities, their 256-byte alignment, and the per-unit flags
+      // (B*K int32 <= 256 bytes here, 4-byte aligned).
+      const size_t unit = whole->unit_scores_bytes + whole->unit_probs_bytes + 512;
       // Unchunked; one unit per chunk; a ragged number of units per chunk.
       for (size_t limit : {kDefaultWorkspaceLimit, unit, 3 * unit}) {
         NaivePlan plan;
@@ -311,7 +313,7 @@ TEST(NaivePlan, ResourceExhaustedNamesBytes) {
   const std::string& m = small.status().message();
   EXPECT_NE(m.find(std::to_string(one)), std::string::npos) << m;
   EXPECT_NE(m.find(std::to_string(one - 1)), std::string::npos) << m;
-  // 5 units plus the per-unit non-finite flags (B*K = 16 int32, one 256-byte aligned block).
+  // 5 units plus the per-unit non-finite flags (B*K = 16 int32: 64 bytes).
   StatusOr<NaivePlan> chunked = kernels::NaivePlanFor(s, 5 * one + 256);
   ASSERT_TRUE(chunked.ok());
   EXPECT_EQ(chunked->units_per_chunk, 5);  // fewer than K = 8 units: no rounding to entries

@@ -91,7 +91,9 @@ std::vector<HostCase> EdgeCases(const EdgeOptions& options) {
         Fill(&c.k, dt, big);
         named(std::move(c), "constant q,k causal");
       }
-      {  // Very negative finite logits: q = +C, k = −C + N(0, 1).
+      if (dt != DType::kFloat32) {
+        // Very negative finite logits: q = +C, k = −C + N(0, 1). Not float32: at logits of
+        // ~1e5 the fp32 accumulation error alone exceeds its 1e-5 tolerance (ill-conditioned).
         HostCase c = MakeCase(Shape(dt, H, 2, 17, 130, 4, 4, CausalAlignment::kBottomRight),
                               InputKind::kNormal, seed++, false);
         const float c0 = dt == DType::kFloat16 ? 100.f : 300.f;

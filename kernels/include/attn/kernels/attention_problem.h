@@ -66,10 +66,23 @@ ATTN_HD KeyRange BandKeyRange(const MaskSpec& m, int64_t i, int64_t q_len, int64
   const int64_t diag = i + (m.causal == CausalAlignment::kTopLeft ? 0 : kv_len - q_len);
   int64_t lo = 0;
   int64_t hi = kv_len - 1;
-  if (m.window_left >= 0 && diag - m.window_left > lo) lo = diag - m.window_left;
+  // Compared as window < distance, never as diag ± window: windows up to INT64_MAX mean
+  // "unbounded" and must not overflow (|diag|, lo and hi are bounded by the lengths).
+  if (m.window_left >= 0 && m.window_left < diag - lo) lo = diag - m.window_left;
   const int64_t wr = m.causal != CausalAlignment::kNone ? 0 : m.window_right;
-  if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+  if (wr >= 0 && wr < hi - diag) hi = diag + wr;
   return {lo, hi};
+}
+
+/// `m` with every window of at least max_q_len + max_kv_len keys replaced by -1 (unbounded):
+/// such a window excludes no key of any row (|d(i)| < T + S), so the mask is unchanged, and
+/// every window left is below T + S, so it fits the int32 parameters of libraries and kernels
+/// (a window of 2^32 narrowed to int32 was 0). Backends that narrow windows call this first.
+ATTN_HD MaskSpec ClampWindows(MaskSpec m, int64_t max_q_len, int64_t max_kv_len) {
+  const int64_t extent = max_q_len + max_kv_len;
+  if (m.window_left >= extent) m.window_left = -1;
+  if (m.window_right >= extent) m.window_right = -1;
+  return m;
 }
 
 /// Padded (B, T, N, H) tensors or packed varlen (total, N, H) tensors.

@@ -57,7 +57,7 @@ struct NaivePlan {
   size_t unit_probs_bytes = 0;
   /// Offset of the probabilities inside the workspace (256-byte aligned).
   size_t probs_offset_bytes = 0;
-  /// Offset of the per-unit non-finite V flags (B*K int32, 256-byte aligned): units whose V
+  /// Offset of the per-unit non-finite V flags (B*K int32, 4-byte aligned): units whose V
   /// holds ±Inf/NaN get their rows recomputed over the visible keys only (DESIGN.md §4).
   size_t flags_offset_bytes = 0;
   /// Device workspace NaiveRun needs (>= 1 chunk's scores + probabilities, then the flags).
