@@ -39,7 +39,7 @@ class CallTiming:
     tokens: query tokens sent.
     """
     convert_us: float = 0.0
-    call_us: float = 0.0
+    call_us: float = 0.0  # summed over the calls when a big step was split
     server: dict = dataclasses.field(default_factory=dict)
     rows: int = 0
     tokens: int = 0
@@ -77,16 +77,20 @@ def _from_wire(o, like_dtype, torch):
 class LayerCalls:
     """Sequence creation and one ExtendBatch per layer call for a batch of rows.
 
-    LayerCalls(client, *, timeout=None): client is an attention_client.AttentionClient;
-    timeout: per-call deadline in seconds (None: the client's default).
+    LayerCalls(client, *, timeout=None, max_call_bytes=128 MiB): client is an
+    attention_client.AttentionClient; timeout: per-call deadline in seconds (None: the
+    client's default); max_call_bytes: q+k+v bytes above which one layer's step is split into
+    several ExtendBatch calls along the tokens (keep it under the server's
+    --max-message-bytes, default 256 MiB).
     Attributes: timings: list of CallTiming, one per extend_layer call, appended while
     ``record`` is True (off by default; the benchmark turns it on).
     """
 
-    def __init__(self, client, *, timeout=None):
+    def __init__(self, client, *, timeout=None, max_call_bytes=128 << 20):
         import torch  # noqa: F401  (the integration needs torch; fail here with its message)
         self.client = client
         self.timeout = timeout
+        self.max_call_bytes = int(max_call_bytes)
         self.record = False
         self.timings = []
 
@@ -109,55 +113,73 @@ class LayerCalls:
         device. select: None (every one of the T tokens of each row) or B entries, each None
         (all T) or a 1-D sequence of token indices in [0, T) (the tokens of row b that are
         sent, in order; an empty one means the row is not sent).
+        A request larger than max_call_bytes (a big prefill) is split along the tokens into
+        several ExtendBatch calls, each carrying the next chunk of every row (same result:
+        chunk j attends over everything appended before it).
         Returns (o, failures): o (B, T, N, H) of q's dtype and device, zeros where nothing
         was sent; failures: {row: AttentionError} for steps the server refused (their
-        output rows are zeros). Raises AttentionError for request-level failures.
+        output rows are zeros; later chunks of such a row are not sent). Raises
+        AttentionError for request-level failures.
         """
         import torch
         t0 = time.perf_counter()
         B, T = q.shape[0], q.shape[1]
         qh, kh, vh = (_host_rows(x, torch) for x in (q, k, v))
-        rows, steps = [], []
+        rows = []  # (b, token indices or None, count)
         for b in range(B):
             if seqs[b] is None:
                 continue
             idx = None if select is None else select[b]
             if idx is not None and len(idx) == 0:
                 continue
-            if idx is None or len(idx) == T:
-                qb, kb, vb = qh[b], kh[b], vh[b]
+            if idx is not None and len(idx) == T:
                 idx = None
-            else:
-                it = torch.as_tensor(idx, dtype=torch.long)
-                qb, kb, vb = qh[b].index_select(0, it), kh[b].index_select(0, it), \
-                    vh[b].index_select(0, it)
-            rows.append((b, idx, qb.shape[0]))
-            steps.append((seqs[b], layer, int(positions[b]), _as_wire(qb, torch),
-                          _as_wire(kb, torch), _as_wire(vb, torch)))
-        t1 = time.perf_counter()
-        results = self.client.extend_batch(steps, timeout=self.timeout) if steps else []
-        t2 = time.perf_counter()
+            rows.append((b, None if idx is None else torch.as_tensor(idx, dtype=torch.long),
+                         T if idx is None else len(idx)))
+        per_token = (q.shape[2] + 2 * k.shape[2]) * q.shape[3] * q.element_size()
+        total = sum(n for _, _, n in rows) * per_token
+        chunk = max(1, self.max_call_bytes // max(1, len(rows) * per_token)) \
+            if total > self.max_call_bytes else max([n for _, _, n in rows] or [1])
         out = torch.zeros(qh.shape, dtype=q.dtype)
-        failures = {}
-        server = {}
-        for (b, idx, _), r in zip(rows, results):
-            if isinstance(r, AttentionError):
-                failures[b] = r
-                continue
-            ob = _from_wire(r.o, q.dtype, torch)
-            if idx is None:
-                out[b] = ob
-            else:
-                out[b].index_copy_(0, torch.as_tensor(idx, dtype=torch.long), ob)
-            for name, us in r.report.times_us.items():
-                server[name] = max(server.get(name, 0), us)
+        failures, server = {}, {}
+        convert, call = time.perf_counter() - t0, 0.0
+        for j0 in range(0, max([n for _, _, n in rows] or [0]), chunk):
+            t1 = time.perf_counter()
+            part, steps = [], []
+            for b, idx, n in rows:
+                if n <= j0 or b in failures:
+                    continue
+                j1 = min(n, j0 + chunk)
+                it = torch.arange(j0, j1) if idx is None else idx[j0:j1]
+                whole = idx is None and j0 == 0 and j1 == T
+                qb, kb, vb = (x[b] if whole else x[b].index_select(0, it) for x in (qh, kh, vh))
+                part.append((b, None if whole else it))
+                steps.append((seqs[b], layer, int(positions[b]) + j0, _as_wire(qb, torch),
+                              _as_wire(kb, torch), _as_wire(vb, torch)))
+            t2 = time.perf_counter()
+            results = self.client.extend_batch(steps, timeout=self.timeout) if steps else []
+            t3 = time.perf_counter()
+            for (b, it), r in zip(part, results):
+                if isinstance(r, AttentionError):
+                    failures[b] = r
+                    continue
+                ob = _from_wire(r.o, q.dtype, torch)
+                if it is None:
+                    out[b] = ob
+                else:
+                    out[b].index_copy_(0, it, ob)
+                for name, us in r.report.times_us.items():
+                    server[name] = max(server.get(name, 0), us)
+            convert += (t2 - t1) + (time.perf_counter() - t3)
+            call += t3 - t2
+        t4 = time.perf_counter()
         if q.device.type != "cpu":
             out = out.to(q.device)
             if q.device.type == "cuda":
                 torch.cuda.synchronize(q.device)
-        t3 = time.perf_counter()
+        convert += time.perf_counter() - t4
         if self.record:
             self.timings.append(CallTiming(
-                convert_us=((t1 - t0) + (t3 - t2)) * 1e6, call_us=(t2 - t1) * 1e6,
-                server=server, rows=len(rows), tokens=sum(n for _, _, n in rows)))
+                convert_us=convert * 1e6, call_us=call * 1e6, server=server, rows=len(rows),
+                tokens=sum(n for _, _, n in rows)))
         return out, failures

@@ -75,15 +75,16 @@ class ServerSession:
     it from the row's tokens) or "raise" (raise SequenceLost). kv_cache_dtype: the sequences'
     page dtype (None: their dtype; "float8_e4m3"). reserve_tokens: tokens per layer reserved
     at creation. timeout: per-call deadline in seconds. max_recoveries: rebuild attempts per
-    step before SequenceLost.
+    step before SequenceLost. max_call_bytes: see LayerCalls (a bigger layer step is split
+    into several ExtendBatch calls along the tokens).
     """
 
     def __init__(self, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_tokens=0,
-                 timeout=None, max_recoveries=3):
+                 timeout=None, max_recoveries=3, max_call_bytes=128 << 20):
         if recovery not in ("reprefill", "raise"):
             raise ValueError(f"recovery must be 'reprefill' or 'raise'; got {recovery!r}")
         self.client = client
-        self.calls = LayerCalls(client, timeout=timeout)
+        self.calls = LayerCalls(client, timeout=timeout, max_call_bytes=max_call_bytes)
         self.recovery = recovery
         self.kv_cache_dtype = kv_cache_dtype
         self.reserve_tokens = int(reserve_tokens)

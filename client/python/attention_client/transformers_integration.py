@@ -365,7 +365,8 @@ class AttachedModel:
 
 
 def attach(model, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_tokens=0,
-           timeout=None, release_after_generate=True, max_recoveries=3):
+           timeout=None, release_after_generate=True, max_recoveries=3,
+           max_call_bytes=128 << 20):
     """Run `model` (a transformers causal LM, eval mode) with its attention on the server.
 
     client: attention_client.AttentionClient. recovery: "reprefill" (default) or "raise" when
@@ -374,7 +375,9 @@ def attach(model, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_
     sequence at creation. timeout: per-call deadline (seconds; None: the client's).
     release_after_generate: release the sequences when generate returns (False: keep them, so
     the returned cache can continue the conversation; they go at the next conversation or at
-    detach). max_recoveries: rebuild attempts per step.
+    detach). max_recoveries: rebuild attempts per step. max_call_bytes: q+k+v bytes above
+    which one layer's step (a big prefill) is split into several ExtendBatch calls along the
+    tokens; keep it under the server's --max-message-bytes.
     Returns an :class:`AttachedModel` (context manager: detaches on exit).
     Raises UnsupportedModel when the model's attention cannot run on the server.
     """
@@ -389,7 +392,7 @@ def attach(model, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_
                                "AttentionInterface (set_attn_implementation had no effect)")
     session = ServerSession(client, recovery=recovery, kv_cache_dtype=kv_cache_dtype,
                             reserve_tokens=reserve_tokens, timeout=timeout,
-                            max_recoveries=max_recoveries)
+                            max_recoveries=max_recoveries, max_call_bytes=max_call_bytes)
     am = AttachedModel(model, session, release_after_generate=release_after_generate)
     am._prev_impl = prev
     return am
