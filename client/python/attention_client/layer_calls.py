@@ -83,7 +83,8 @@ class LayerCalls:
     several ExtendBatch calls along the tokens (keep it under the server's
     --max-message-bytes, default 256 MiB).
     Attributes: timings: list of CallTiming, one per extend_layer call, appended while
-    ``record`` is True (off by default; the benchmark turns it on).
+    ``record`` is True (off by default; the benchmark turns it on); rpcs: ExtendBatch calls
+    sent so far.
     """
 
     def __init__(self, client, *, timeout=None, max_call_bytes=128 << 20):
@@ -93,6 +94,7 @@ class LayerCalls:
         self.max_call_bytes = int(max_call_bytes)
         self.record = False
         self.timings = []
+        self.rpcs = 0  # ExtendBatch calls sent (a split step counts each of its calls)
 
     def create(self, *, num_layers, num_heads, num_kv_heads, head_dim, dtype,
                kv_cache_dtype=None, scale=None, reserve_tokens=0):
@@ -157,7 +159,10 @@ class LayerCalls:
                 steps.append((seqs[b], layer, int(positions[b]) + j0, _as_wire(qb, torch),
                               _as_wire(kb, torch), _as_wire(vb, torch)))
             t2 = time.perf_counter()
-            results = self.client.extend_batch(steps, timeout=self.timeout) if steps else []
+            results = []
+            if steps:
+                self.rpcs += 1
+                results = self.client.extend_batch(steps, timeout=self.timeout)
             t3 = time.perf_counter()
             for (b, it), r in zip(part, results):
                 if isinstance(r, AttentionError):
