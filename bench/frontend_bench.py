@@ -23,7 +23,7 @@ themselves). No silent local fallback can pass.
 Usage (GPU host):
   python3 bench/frontend_bench.py --server-bin build/server/attention-server --kv-device gpu
       [--transports tcp,unix] [--batches 1,8,32,64] [--prompts 512,8192] [--new-tokens 64]
-      [--loadgen build/client/loadgen/attention-loadgen]
+      [--loadgen build/client/attention-loadgen]
   or against running servers: --target tcp=127.0.0.1:50051 --target unix=unix:/run/attn.sock
       [--metrics-url http://127.0.0.1:9464/metrics]
 CPU smoke test: --device cpu --dtype float32 --kv-device cpu --layers 2 --hidden 64

@@ -239,3 +239,32 @@ def test_server_counters_moved(model, client, server):
             assert list(info.layer_lengths) == [len(p) + new - 1] * LAYERS
         assert am.session.stats.extend_steps == LAYERS * forwards * 4
     assert client.load().sequences == 0  # detach released them
+
+
+def test_frontend_bench_runs_tiny(tmp_path):
+    """bench/frontend_bench.py end to end at tiny sizes (it starts its own server): exit 0,
+    every case checked against the server's counters and sequence lengths."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    out = tmp_path / "fb.json"
+    cmd = [sys.executable, os.path.join(root, "bench", "frontend_bench.py"), "--device", "cpu",
+           "--dtype", "float32", "--kv-device", "cpu", "--layers", "2", "--hidden", "64",
+           "--intermediate", "128", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+           "--vocab", str(VOCAB), "--batches", "1,3", "--prompts", "6", "--new-tokens", "3",
+           "--local-loop", "dynamic", "--server-bin", SERVER, "--transports", "tcp",
+           "--tf-rows", "2", "--tf-prompt", "5", "--tf-tokens", "4", "--baseline-calls", "20",
+           "--max-call-mb", "0", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    import json
+    doc = json.loads(out.read_text())
+    assert doc["failures"] == []
+    cases = doc["server"]["tcp"]["cases"]
+    assert [(c["prompt"], c["batch"]) for c in cases] == [(6, 1), (6, 3)]
+    for c in cases:
+        ck = c["checks"]
+        assert ck["extend_steps"] == ck["extend_steps_expected"] == LAYERS * 4 * c["batch"]
+        assert ck["server_extendbatch_delta"] == ck["rpcs"] == LAYERS * (6 + 3)  # 1-token calls
+        assert c["rows_with_wrong_length"] == []
+    tf = doc["server"]["tcp"]["teacher_forced"]["server_vs_full"]
+    assert tf["max_abs"] < 1e-4 and tf["argmax_agreement"] == 1.0  # float32: no noise to speak of
+    assert "server p50 ms" in p.stdout  # the table was printed
