@@ -251,7 +251,8 @@ def table(doc, layers):
             dc = c["decode_layer_calls"] or {}
             f = (lambda k, q="p50": dc.get(k, {}).get(q, 0) / 1e3) if dc else (lambda *x: 0)
             rows.append((name, c["prompt"], c["batch"], f"{lm:.2f}", f"{sm:.2f}",
-                         f"{(sm - lm) / layers:.3f}", f"{c['batch'] * 1e3 / lc['step_ms']['mean']:.0f}",
+                         f"{(sm - lm) / layers:.3f}",
+                         f"{c['batch'] * 1e3 / lc['step_ms']['mean']:.0f}",
                          f"{c['batch'] * 1e3 / c['step_ms']['mean']:.0f}",
                          f"{lc['prefill_s']:.3f}", f"{c['prefill_s']:.3f}",
                          f"{f('client_call_us'):.2f}/{f('client_call_us', 'p99'):.2f}",
