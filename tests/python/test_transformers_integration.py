@@ -172,6 +172,18 @@ def test_refuses_attention_sequences_cannot_express(client):
         assert _greedy(m, ids) == local
 
 
+def test_static_cache_config_served_and_beam_search_refused(model, client):
+    _, ids, _ = _padded([7, 7])
+    local = _greedy(model, ids)
+    with attach(model, client) as am:
+        # a requested static cache is replaced by the server's (and generate never compiles)
+        assert _greedy(model, ids, cache_implementation="static") == local
+        assert am.session.stats.extend_calls == LAYERS * 6
+        with pytest.raises(NotImplementedError, match="beam search"):
+            model.generate(ids, max_new_tokens=3, num_beams=2, do_sample=False)
+    assert client.load().sequences == 0
+
+
 def test_without_attach_the_implementation_refuses(client):
     torch.manual_seed(3)
     m = transformers.LlamaForCausalLM(_config()).eval()

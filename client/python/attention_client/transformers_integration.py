@@ -200,6 +200,10 @@ class AttachedModel:
 
     # -- model hooks -----------------------------------------------------------------------
     def _generate(self, *args, **kwargs):
+        # generate would torch.compile the forward pass (gRPC calls inside) when its config
+        # asks for a compilable cache: the server path never compiles
+        if hasattr(self.model.generation_config, "disable_compile"):
+            kwargs.setdefault("disable_compile", True)
         try:
             return self._orig_generate(*args, **kwargs)
         finally:
