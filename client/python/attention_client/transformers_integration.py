@@ -147,7 +147,9 @@ def check_supported(model):
 class AttachedModel:
     """A model attached to a server (returned by :func:`attach`; a context manager that
     detaches). Attributes: model, session (:class:`~attention_client.session.ServerSession`:
-    sequence ids, stats, per-call timings in session.calls). Methods: detach()."""
+    sequence ids, stats, per-call timings in session.calls). Methods: detach().
+    One conversation at a time: not for concurrent forward/generate calls on the same model
+    from several threads (attach one model copy per thread)."""
 
     def __init__(self, model, session, *, release_after_generate=True):
         self.model = model
