@@ -24,8 +24,9 @@ Usage (GPU host):
   python3 bench/frontend_bench.py --server-bin build/server/attention-server --kv-device gpu
       [--transports tcp,unix] [--batches 1,8,32,64] [--prompts 512,8192] [--new-tokens 64]
       [--loadgen build/client/attention-loadgen]
-  or against running servers: --target tcp=127.0.0.1:50051 --target unix=unix:/run/attn.sock
-      [--metrics-url http://127.0.0.1:9464/metrics]
+  or against running servers (sized with --kv-cache-bytes for the largest case):
+      --target tcp=127.0.0.1:50051,http://127.0.0.1:9464/metrics
+      --target unix=unix:/run/attn.sock,http://127.0.0.1:9464/metrics
 CPU smoke test: --device cpu --dtype float32 --kv-device cpu --layers 2 --hidden 64
   --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --vocab 97 --batches 1,3
   --prompts 8 --new-tokens 4 --local-loop dynamic
@@ -86,8 +87,9 @@ def parse_args():
     s.add_argument("--kv-device", default="gpu", help="with --server-bin")
     s.add_argument("--server-arg", action="append", default=[], help="extra server flag")
     s.add_argument("--target", action="append", default=[],
-                   help="NAME=ADDRESS of a running server (instead of --server-bin)")
-    s.add_argument("--metrics-url", help="/metrics of the running server (with --target)")
+                   help="NAME=ADDRESS[,METRICS_URL] of a running server (instead of "
+                        "--server-bin); its KV cache must hold the largest case")
+    s.add_argument("--metrics-url", help="/metrics for --target entries without their own")
     s.add_argument("--loadgen", help="attention-loadgen, for the C++ baseline")
     ap.add_argument("--out", help="JSON path (default bench/results/frontend-<dev>-<date>.json)")
     return ap.parse_args()
@@ -321,8 +323,9 @@ def main():
         if a.target:
             for t in a.target:
                 name, _, addr = t.partition("=")
-                servers[name] = run_transport(a, name, addr, a.metrics_url, model, cases,
-                                              torch, grpc, failures)
+                addr, _, murl = addr.partition(",")
+                servers[name] = run_transport(a, name, addr, murl or a.metrics_url, model,
+                                              cases, torch, grpc, failures)
         elif a.server_bin:
             for name in a.transports.split(","):
                 try:

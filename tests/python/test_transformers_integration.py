@@ -192,6 +192,13 @@ def test_without_attach_the_implementation_refuses(client):
     m.set_attn_implementation("attention_server")
     with pytest.raises(RuntimeError, match="attach"):
         m(torch.tensor([[1, 2, 3]]))
+    # attached, but the attention switched back to a local implementation: refused, not
+    # silently run locally
+    with attach(m, client) as am:
+        m.set_attn_implementation("sdpa")
+        with pytest.raises(RuntimeError, match="no silent local fallback"):
+            m(torch.tensor([[1, 2, 3]]))
+        assert am.session.stats.extend_calls == 0
 
 
 class _ForgetAt(transformers.LogitsProcessor):
