@@ -126,12 +126,19 @@ class AttentionClient:
                 certificate_chain=read(cert_file) if cert_file else None)
             if server_name:
                 opts.append(("grpc.ssl_target_name_override", server_name))
-            channel = grpc.secure_channel(target, creds, options=opts)
-        self._channel = channel or grpc.insecure_channel(target, options=opts)
+            channel = self._make_channel(target, creds, opts)
+        self._channel = channel or self._make_channel(target, None, opts)
         self._attn = pb_grpc.AttentionServiceStub(self._channel)
         self._seq = spb_grpc.SequenceServiceStub(self._channel)
 
     # -- plumbing ---------------------------------------------------------------------------
+    @staticmethod
+    def _make_channel(target, creds, opts):
+        """A grpc channel (creds None: plaintext). AsyncAttentionClient makes grpc.aio ones."""
+        if creds is None:
+            return grpc.insecure_channel(target, options=opts)
+        return grpc.secure_channel(target, creds, options=opts)
+
     def close(self):
         self._channel.close()
 
@@ -235,6 +242,10 @@ class AttentionClient:
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
                                  return_lse=return_lse, varlen=varlen, dtype=dtype)
         resp = self._call(self._attn.Attend, "Attend", req, timeout)
+        return self._attend_result(resp, q, return_lse)
+
+    @staticmethod
+    def _attend_result(resp, q, return_lse):
         o = _t.decode(resp.o)
         if _t._is_torch(q):
             o = _t.to_torch(o, q)
@@ -253,6 +264,14 @@ class AttentionClient:
         (num_layers, num_kv_heads)). reserve_tokens: tokens per layer to reserve now.
         scale: softmax scale (default 1/sqrt(H)). Raises InvalidArgument, ResourceExhausted.
         """
+        req = self._create_request(num_layers, num_heads, num_kv_heads, head_dim, dtype,
+                                   kv_cache_dtype, reserve_tokens, scale, k_scales, v_scales)
+        resp = self._call(self._seq.CreateSequence, "CreateSequence", req, timeout)
+        return Sequence(self, resp.sequence)
+
+    @staticmethod
+    def _create_request(num_layers, num_heads, num_kv_heads, head_dim, dtype, kv_cache_dtype,
+                        reserve_tokens, scale, k_scales, v_scales):
         kvd = pb.DTYPE_UNSPECIFIED
         if kv_cache_dtype is not None:
             s = str(kv_cache_dtype).lower()
@@ -268,8 +287,7 @@ class AttentionClient:
                                                    dtype=np.float64).reshape(-1)])
         if scale is not None:
             req.scale = float(scale)
-        resp = self._call(self._seq.CreateSequence, "CreateSequence", req, timeout)
-        return Sequence(self, resp.sequence)
+        return req
 
     def sequence(self, sequence_id, *, timeout=None):
         """A handle on an existing sequence (GetSequence; NotFound if unknown or foreign)."""
