@@ -77,8 +77,10 @@ std::string UnixSocketPath(const std::string& address) {
 
 StatusOr<mode_t> ParseSocketMode(const std::string& text, const std::string& flag) {
   if (text.empty() || text.size() > 4 || text.find_first_not_of("01234567") != std::string::npos) {
-    return InvalidArgument(flag + ": expected an octal mode such as 0660 (digits 0-7, at most "
-                           "0777), got \"" + text + "\"");
+    return InvalidArgument(flag +
+                           ": expected an octal mode such as 0660 (digits 0-7, at most "
+                           "0777), got \"" +
+                           text + "\"");
   }
   const unsigned long value = std::strtoul(text.c_str(), nullptr, 8);
   if (value > 0777) {
@@ -95,7 +97,8 @@ Status PrepareUnixSocket(const std::string& path) {
                            std::to_string(sizeof(sockaddr_un{}.sun_path) - 1));
   }
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return InvalidArgument("--listen unix:" + path + ": directory " + dir + " does not exist");
@@ -118,11 +121,10 @@ Status PrepareUnixSocket(const std::string& path) {
                               std::strerror(err) + "); remove it or pick another path");
   }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return FailedPrecondition("--listen unix:" + path + ": cannot remove the stale socket: " +
-                              std::strerror(errno));
+    return FailedPrecondition("--listen unix:" + path +
+                              ": cannot remove the stale socket: " + std::strerror(errno));
   }
-  spdlog::warn("--listen unix:{}: removed a stale socket file (nobody was listening on it)",
-               path);
+  spdlog::warn("--listen unix:{}: removed a stale socket file (nobody was listening on it)", path);
   return Status::Ok();
 }
 
