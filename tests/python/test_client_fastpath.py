@@ -203,13 +203,15 @@ def test_asyncio_client(target):
                         for s, d in zip(seqs, data)]
                 for j, f in enumerate(futs):
                     outs[j].append((await f).o)
+            one = await seqs[0].extend(0, None, *[as_wire(a, "bfloat16") for a in data[0][1]])
+            assert one.length == 5 and one.o.dtype == np.uint16
             lengths = [(await s.refresh()).layer_lengths for s in seqs]
             for s in seqs:
                 await s.release()
             return outs, lengths
 
     outs, lengths = asyncio.run(main())
-    assert [list(x) for x in lengths] == [[4], [3]]
+    assert [list(x) for x in lengths] == [[5], [3]]
     for d, o in zip(data, outs):
         for f, r in zip(o, oracle(*zip(*d))):
             np.testing.assert_allclose(ac.bf16_bits_to_float32(f), r, atol=2e-2, rtol=2e-2)

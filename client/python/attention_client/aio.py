@@ -121,11 +121,19 @@ class AsyncSequence(Sequence):
 
     async def extend(self, layer, position, q, k, v, *, timeout=None, fast=None):
         """One Extend step → ExtendResult (see Sequence.extend)."""
-        r = await self._client.extend_batch([(self, layer, position, q, k, v)],
-                                            timeout=timeout, fast=fast)
-        if isinstance(r[0], Exception):
-            raise r[0]
-        return r[0]
+        c = self._client
+        step = [(self, layer, position, q, k, v)]
+        p = c._plan(step, fast)
+        if p is None:
+            req = c._extend_request(self, layer, position, q, k, v)
+        else:
+            req = spb.ExtendRequest()
+            c._fast_fill(req, p, step[0], _fp.tensor_bytes(p, [q, k, v]))
+        resp = await c._call(c._seq.Extend, "Extend", req, timeout)
+        o = None if p is None else _fp.scatter(p, [(tuple(q.shape), resp.o)])[0]
+        res = c._extend_result(resp, q, o)
+        self._lengths[layer] = res.length
+        return res
 
     async def refresh(self, *, timeout=None):
         c = self._client
