@@ -25,7 +25,7 @@ if [ ! -f "$venv/floors" ] || [ "$(cat "$venv/floors")" != "$floors" ]; then
   rm -rf "$venv"
   python3 -m venv --system-site-packages "$venv"
   # shellcheck disable=SC2086
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check $floors; then
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check --timeout 20 --retries 1 $floors; then
     echo "SKIP: could not install $floors from PyPI"
     rm -rf "$venv"
     exit 77
