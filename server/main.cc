@@ -16,11 +16,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "backends/backend_factory.h"
 #include "common/logging.h"
+#include "common/unix_socket.h"
 #include "config/server_flags.h"
 #include "kv_cache/kv_runtime.h"
 #include "kv_cache/sequence_store.h"
@@ -53,6 +55,23 @@ int ListenPort(const std::string& address) {
 }
 
 int Run(const attn::ServerConfig& config, const sigset_t& signals) {
+  // --listen unix:PATH (common/unix_socket.h): flags checked before anything starts.
+  const bool unix_socket = attn::IsUnixAddress(config.listen_address);
+  const std::string socket_path = attn::UnixSocketPath(config.listen_address);
+  mode_t socket_mode = 0660;
+  if (unix_socket) {
+    auto mode = attn::ParseSocketMode(config.unix_socket_mode, "--unix-socket-mode");
+    if (!mode.ok()) {
+      spdlog::critical("{}", mode.status().ToString());
+      return 2;
+    }
+    socket_mode = *mode;
+  } else if (config.unix_socket_flags_given) {
+    spdlog::critical("--unix-socket-mode/-owner/-group apply only to --listen unix:PATH (got "
+                     "--listen {})",
+                     config.listen_address);
+    return 2;
+  }
   // TLS / mTLS credentials, token file, per-request limits (server/security/): bad files exit 2.
   auto security = attn::security::BuildServerSecurity(config);
   if (!security.ok()) {
@@ -176,12 +195,21 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  const int requested_port = ListenPort(config.listen_address);
+  const int requested_port = unix_socket ? 0 : ListenPort(config.listen_address);
   if (requested_port < 0) {
-    spdlog::critical("--listen: expected host:port with port in [0, 65535], got \"{}\"",
+    spdlog::critical("--listen: expected host:port with port in [0, 65535] or unix:PATH, got "
+                     "\"{}\"",
                      config.listen_address);
     return 2;
   }
+  if (unix_socket) {
+    if (auto s = attn::PrepareUnixSocket(socket_path); !s.ok()) {
+      spdlog::critical("{}", s.ToString());
+      return s.code() == attn::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+  }
+  // From here on every return from Run removes the socket file (no other server's: checked).
+  const attn::UnixSocketFile socket_file(unix_socket ? socket_path : "");
   // One server per port: without this gRPC sets SO_REUSEPORT and a second server on a busy
   // port would silently share its traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -196,12 +224,26 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   sequence_service.SetMetrics(&metrics);
   builder.RegisterService(&service);
   builder.RegisterService(&sequence_service);
-  server = builder.BuildAndStart();
+  {
+    // The socket file is created owner-only, then opened up to --unix-socket-mode below.
+    std::optional<attn::ScopedUmask> owner_only;
+    if (unix_socket) owner_only.emplace(0177);
+    server = builder.BuildAndStart();
+  }
   if (!server || port == 0 || (requested_port != 0 && port != requested_port)) {
     spdlog::critical("could not listen on {} (address in use or not local?)",
                      config.listen_address);
     if (server) server->Shutdown(std::chrono::system_clock::now());
     return 1;
+  }
+  if (unix_socket) {
+    if (auto s = attn::ApplyUnixSocketAccess(socket_path, socket_mode, config.unix_socket_owner,
+                                             config.unix_socket_group);
+        !s.ok()) {
+      spdlog::critical("{}", s.ToString());
+      server->Shutdown(std::chrono::system_clock::now());
+      return 2;
+    }
   }
   if (!config.health_address.empty()) {
     auto listener = attn::security::HealthListener::Start(config.health_address);
@@ -227,7 +269,11 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   health->SetServingStatus(kLivenessService, true);
   if (!config.port_file.empty()) {
     std::ofstream out(config.port_file);
-    out << port << "\n";
+    if (unix_socket) {
+      out << config.listen_address << "\n";
+    } else {
+      out << port << "\n";
+    }
     out.close();
     if (!out) {
       spdlog::critical("--port-file: cannot write {}", config.port_file);
@@ -235,8 +281,10 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
       return 1;
     }
   }
-  spdlog::info("attention-server {} serving on {} (port {}); default backend {}; {} workers",
-               attn::kAttnVersion, config.listen_address, port, config.default_backend, threads);
+  spdlog::info("attention-server {} serving on {}{}; default backend {}; {} workers",
+               attn::kAttnVersion, config.listen_address,
+               unix_socket ? "" : " (port " + std::to_string(port) + ")", config.default_backend,
+               threads);
 
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
@@ -280,6 +328,7 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
         "drain timeout after {} s: {} calls and {} sequence calls still in flight; "
         "exiting with code 3",
         config.drain_timeout_s, service.in_flight(), sequence_service.in_flight());
+    if (unix_socket) attn::RemoveUnixSocket(socket_path);
     spdlog::default_logger()->flush();
     std::_Exit(3);
   }

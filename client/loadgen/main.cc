@@ -256,7 +256,7 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a) {
       "backends. Each (point, backend) runs --warmup then --requests closed-loop fixed requests; "
       "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time) and "
       "writes OUT/sweep-<kind>.csv and OUT/sweep-<kind>.png (via plot_sweep.py and matplotlib)");
-  sweep->add_option("--target", a->run.target, "Server address host:port")->capture_default_str();
+  sweep->add_option("--target", a->run.target, "Server address host:port or unix:PATH (Unix-domain socket)")->capture_default_str();
   AddSecurityFlags(sweep, &a->run.security);
   sweep->add_option("--backends", a->backends, "Comma-separated backends to compare")
       ->capture_default_str();
@@ -347,7 +347,7 @@ int Main(int argc, char** argv) {
   AddSweepCommand(&app, &sweep_args);
   app.require_subcommand(0, 1);
 
-  app.add_option("--target", run.target, "Server address host:port")->capture_default_str();
+  app.add_option("--target", run.target, "Server address host:port or unix:PATH (Unix-domain socket)")->capture_default_str();
   AddSecurityFlags(&app, &run.security);
   app.add_option("--workload", workload,
                  "trace: replay --trace; fixed: --fixed-tokens each; session: generation "

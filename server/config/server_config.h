@@ -8,7 +8,13 @@
 namespace attn {
 
 struct ServerConfig {
-  std::string listen_address = "127.0.0.1:50051";  ///< host:port; port 0 picks a free port
+  std::string listen_address = "127.0.0.1:50051";  ///< host:port (port 0: free) or unix:PATH
+  /// --listen unix:PATH only (common/unix_socket.h): socket file mode (octal text), owner and
+  /// group (name or id; empty: the server's own).
+  std::string unix_socket_mode = "0660";
+  std::string unix_socket_owner;
+  std::string unix_socket_group;
+  bool unix_socket_flags_given = false;  ///< any --unix-socket-* flag given (TCP: refused)
   std::string port_file;             ///< when set, the bound port is written here once serving
   std::string default_backend = "auto";
   int64_t max_message_bytes = 256ll << 20;  ///< larger requests: RESOURCE_EXHAUSTED

@@ -13,9 +13,22 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   CLI::App app{"attention-server: scaled-dot-product attention as a gRPC service "
                "(attention.v1). See README.md."};
   app.set_version_flag("--version", std::string(kAttnVersion));
-  app.add_option("--listen", c->listen_address, "gRPC listen address host:port (port 0: any)")
+  app.add_option("--listen", c->listen_address,
+                 "gRPC listen address host:port (port 0: any) or unix:PATH (Unix-domain socket; "
+                 "a stale socket file is replaced, a live one or a non-socket file refused; "
+                 "removed at a clean stop)")
       ->capture_default_str();
-  app.add_option("--port-file", c->port_file, "write the bound port to this file once serving");
+  app.add_option("--unix-socket-mode", c->unix_socket_mode,
+                 "with --listen unix:PATH: octal mode of the socket file")
+      ->capture_default_str();
+  app.add_option("--unix-socket-owner", c->unix_socket_owner,
+                 "with --listen unix:PATH: owner of the socket file, user name or uid (default: "
+                 "the server's user; needs the privilege to chown)");
+  app.add_option("--unix-socket-group", c->unix_socket_group,
+                 "with --listen unix:PATH: group of the socket file, name or gid (default: the "
+                 "server's group)");
+  app.add_option("--port-file", c->port_file,
+                 "write the bound port (unix:PATH: the address) to this file once serving");
   app.add_option("--default-backend", c->default_backend,
                  "backend for requests that name none: auto, cpu, naive, fused, cudnn, fp8")
       ->capture_default_str();
@@ -201,6 +214,9 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
     return app.exit(e);
   }
   c->metrics_address_given = app.count("--metrics-address") > 0;
+  c->unix_socket_flags_given = app.count("--unix-socket-mode") + app.count("--unix-socket-owner") +
+                                   app.count("--unix-socket-group") >
+                               0;
   return -1;
 }
 

@@ -7,7 +7,9 @@
 namespace attn::security {
 namespace {
 
+// Loopback TCP or a Unix-domain socket: tokens never leave the machine.
 bool IsLoopback(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return true;
   const std::string host = address.substr(0, address.rfind(':'));
   return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]";
 }

@@ -1,14 +1,17 @@
 """attention_client: Python client for attention-server (attention.v1 over gRPC).
 
     from attention_client import AttentionClient
-    with AttentionClient("127.0.0.1:50051") as c:
+    with AttentionClient("127.0.0.1:50051") as c:   # or "unix:/run/attn/attn.sock"
         r = c.attend(q, k, v, causal="bottom_right", kv_lengths=[5, 7])
         r.o, r.lse, r.report
 
 See client/python/README.md.
 """
 from . import errors
-from .client import AttendResult, AttentionClient, ExtendResult, Report, Sequence
+from .client import AttendResult, AttentionClient, ExtendResult, Report
+from .sequence import Sequence
+from .stream import ExtendStream
+from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
 from .replicas import ReplicaSet
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DataLoss,
                      DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NotFound,
@@ -20,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
+    "ExtendStream", "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
     "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",

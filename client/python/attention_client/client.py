@@ -6,12 +6,14 @@ from typing import Optional
 import grpc
 import numpy as np
 
+from . import fastpath as _fp
 from . import tensors as _t
 from ._pb import attention_pb2 as pb
 from ._pb import attention_pb2_grpc as pb_grpc
 from ._pb import sequence_pb2 as spb
 from ._pb import sequence_pb2_grpc as spb_grpc
-from .errors import InvalidArgument, NotFound, from_code, from_rpc_error
+from .errors import Internal, InvalidArgument, from_code, from_rpc_error
+from .sequence import Sequence
 
 _CAUSAL = {None: pb.CAUSAL_NONE, "none": pb.CAUSAL_NONE, "top_left": pb.CAUSAL_TOP_LEFT,
            "bottom_right": pb.CAUSAL_BOTTOM_RIGHT}
@@ -124,12 +126,19 @@ class AttentionClient:
                 certificate_chain=read(cert_file) if cert_file else None)
             if server_name:
                 opts.append(("grpc.ssl_target_name_override", server_name))
-            channel = grpc.secure_channel(target, creds, options=opts)
-        self._channel = channel or grpc.insecure_channel(target, options=opts)
+            channel = self._make_channel(target, creds, opts)
+        self._channel = channel or self._make_channel(target, None, opts)
         self._attn = pb_grpc.AttentionServiceStub(self._channel)
         self._seq = spb_grpc.SequenceServiceStub(self._channel)
 
     # -- plumbing ---------------------------------------------------------------------------
+    @staticmethod
+    def _make_channel(target, creds, opts):
+        """A grpc channel (creds None: plaintext). AsyncAttentionClient makes grpc.aio ones."""
+        if creds is None:
+            return grpc.insecure_channel(target, options=opts)
+        return grpc.secure_channel(target, creds, options=opts)
+
     def close(self):
         self._channel.close()
 
@@ -140,13 +149,7 @@ class AttentionClient:
         self.close()
 
     def _call(self, stub_method, name, request, timeout, identity=None):
-        ident = self.identity if identity is None else identity
-        md = []
-        if ident is not None:
-            md.append(("x-attn-identity", ident))
-        if self._token is not None:
-            md.append(("authorization", "Bearer " + self._token))
-        md = tuple(md) or None
+        md = self._metadata(identity)
         try:
             return stub_method(request, timeout=self.timeout if timeout is None else timeout,
                                metadata=md)
@@ -239,6 +242,10 @@ class AttentionClient:
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
                                  return_lse=return_lse, varlen=varlen, dtype=dtype)
         resp = self._call(self._attn.Attend, "Attend", req, timeout)
+        return self._attend_result(resp, q, return_lse)
+
+    @staticmethod
+    def _attend_result(resp, q, return_lse):
         o = _t.decode(resp.o)
         if _t._is_torch(q):
             o = _t.to_torch(o, q)
@@ -257,6 +264,14 @@ class AttentionClient:
         (num_layers, num_kv_heads)). reserve_tokens: tokens per layer to reserve now.
         scale: softmax scale (default 1/sqrt(H)). Raises InvalidArgument, ResourceExhausted.
         """
+        req = self._create_request(num_layers, num_heads, num_kv_heads, head_dim, dtype,
+                                   kv_cache_dtype, reserve_tokens, scale, k_scales, v_scales)
+        resp = self._call(self._seq.CreateSequence, "CreateSequence", req, timeout)
+        return Sequence(self, resp.sequence)
+
+    @staticmethod
+    def _create_request(num_layers, num_heads, num_kv_heads, head_dim, dtype, kv_cache_dtype,
+                        reserve_tokens, scale, k_scales, v_scales):
         kvd = pb.DTYPE_UNSPECIFIED
         if kv_cache_dtype is not None:
             s = str(kv_cache_dtype).lower()
@@ -272,8 +287,7 @@ class AttentionClient:
                                                    dtype=np.float64).reshape(-1)])
         if scale is not None:
             req.scale = float(scale)
-        resp = self._call(self._seq.CreateSequence, "CreateSequence", req, timeout)
-        return Sequence(self, resp.sequence)
+        return req
 
     def sequence(self, sequence_id, *, timeout=None):
         """A handle on an existing sequence (GetSequence; NotFound if unknown or foreign)."""
@@ -281,122 +295,120 @@ class AttentionClient:
                           spb.GetSequenceRequest(sequence_id=sequence_id), timeout).sequence
         return Sequence(self, info)
 
-    def _extend_request(self, seq, layer, position, q, k, v):
-        qa, qwire = _t.to_numpy(q)
-        ka, _ = _t.to_numpy(k)
-        va, _ = _t.to_numpy(v)
-        wire = seq.info.dtype
+    @staticmethod
+    def _position(seq, layer, position):
         if position is None:
             if not 0 <= int(layer) < len(seq.layer_lengths):
                 raise InvalidArgument(
                     f"layer: expected [0, {len(seq.layer_lengths)}), got {layer}",
                     method="Extend")
-            position = seq.layer_lengths[layer]
-        return spb.ExtendRequest(sequence_id=seq.id, layer=int(layer), position=int(position),
+            position = seq._lengths[layer]
+        return int(position)
+
+    def _extend_request(self, seq, layer, position, q, k, v):
+        """The old path: arrays converted through numpy (torch bf16 widened to float32)."""
+        qa, qwire = _t.to_numpy(q)
+        ka, _ = _t.to_numpy(k)
+        va, _ = _t.to_numpy(v)
+        wire = seq.info.dtype
+        position = self._position(seq, layer, position)
+        return spb.ExtendRequest(sequence_id=seq.id, layer=int(layer), position=position,
                                  q=_t.encode(qa, wire), k=_t.encode(ka, wire),
                                  v=_t.encode(va, wire))
 
     @staticmethod
-    def _extend_result(resp, q):
-        o = _t.decode(resp.o)
-        if _t._is_torch(q):
-            o = _t.to_torch(o, q)
+    def _plan(steps, fast):
+        """fastpath.Plan for these steps, or None for the old path. fast: None (fast when
+        possible), True (fast or InvalidArgument saying why not), False (old path)."""
+        if fast is False:
+            return None
+        p, why = _fp.plan(steps)
+        if p is None and fast:
+            raise InvalidArgument(f"fast=True but the fast path cannot take these tensors: {why}")
+        return p
+
+    def _fast_fill(self, msg, p, step, data):
+        seq, layer, position, q, k, v = step
+        msg.sequence_id = seq.id
+        msg.layer = int(layer)
+        msg.position = self._position(seq, layer, position)
+        for m, t, d in zip((msg.q, msg.k, msg.v), (q, k, v), data):
+            _fp.fill_tensor(m, p.wire, t.shape, d)
+
+    def _batch_request(self, steps, p):
+        """ExtendBatchRequest for `steps` by Plan `p` (None: the old path)."""
+        if p is None:
+            return spb.ExtendBatchRequest(steps=[self._extend_request(*s) for s in steps])
+        data = _fp.tensor_bytes(p, [t for s in steps for t in s[3:6]])
+        req = spb.ExtendBatchRequest()
+        for i, s in enumerate(steps):
+            self._fast_fill(req.steps.add(), p, s, data[3 * i:3 * i + 3])
+        return req
+
+    @staticmethod
+    def _extend_result(resp, q, o=None):
+        if o is None:
+            o = _t.decode(resp.o)
+            if _t._is_torch(q):
+                o = _t.to_torch(o, q)
         return ExtendResult(o=o, length=int(resp.length), replayed=bool(resp.replayed),
                             report=Report.from_pb(resp.report))
 
-    def extend_batch(self, steps, *, timeout=None):
+    @staticmethod
+    def _batch_results(steps, resp, p, method="ExtendBatch"):
+        """ExtendBatchResponse (or a list of ExtendResult messages) → list of ExtendResult or
+        AttentionError, updating the handles' lengths."""
+        results = list(resp.results) if hasattr(resp, "results") else list(resp)
+        if len(results) != len(steps):
+            raise Internal(f"{method}: {len(results)} results for {len(steps)} steps")
+        os_ = None
+        if p is not None:
+            os_ = _fp.scatter(p, [(tuple(s[3].shape), r.response.o) if r.code == 0 else None
+                                  for s, r in zip(steps, results)])
+        out = []
+        for i, (s, r) in enumerate(zip(steps, results)):
+            if r.code != 0:
+                out.append(from_code(r.code, r.message, method))
+                continue
+            res = AttentionClient._extend_result(r.response, s[3],
+                                                 None if os_ is None else os_[i])
+            s[0]._lengths[s[1]] = res.length
+            out.append(res)
+        return out
+
+    def extend_batch(self, steps, *, timeout=None, fast=None):
         """ExtendBatch: one layer's step for many sequences.
 
         steps: iterable of (sequence, layer, position, q, k, v) (position None: the handle's
-        known length). Returns a list, in order, of ExtendResult or the AttentionError
-        instance for a step that failed (the call itself raises only for request-level
-        problems)."""
+        known length); q (T,N,H), k and v (T,K,H). Returns a list, in order, of ExtendResult or
+        the AttentionError instance for a step that failed (the call itself raises only for
+        request-level problems).
+        fast: None (default): the fast path (attention_client.fastpath: bytes as they are, one
+        device→host and one host→device copy for CUDA tensors) when every q/k/v is a torch
+        tensor (one device) or numpy array already of the sequences' dtype, else the old path
+        (converted through numpy/float32). True: the fast path or InvalidArgument saying why
+        not. False: the old path. Both give the same values; the fast path's o of all steps
+        are views of one tensor/array in q's dtype on q's device."""
         steps = list(steps)
-        req = spb.ExtendBatchRequest(steps=[self._extend_request(*s) for s in steps])
+        p = self._plan(steps, fast)
+        req = self._batch_request(steps, p)
         resp = self._call(self._seq.ExtendBatch, "ExtendBatch", req, timeout)
-        out = []
-        for s, r in zip(steps, resp.results):
-            if r.code != 0:
-                out.append(from_code(r.code, r.message, "ExtendBatch"))
-            else:
-                res = self._extend_result(r.response, s[3])
-                s[0]._lengths[s[1]] = res.length
-                out.append(res)
-        return out
+        return self._batch_results(steps, resp, p)
 
+    def extend_stream(self, *, timeout=None, max_in_flight=3):
+        """Opens an ExtendStream: → :class:`attention_client.stream.ExtendStream` (submit steps,
+        up to max_in_flight of them unanswered at a time; replies matched to steps in order).
+        timeout: deadline of the whole stream in seconds (None: the client's default)."""
+        from .stream import ExtendStream
+        return ExtendStream(self, timeout=self.timeout if timeout is None else timeout,
+                            max_in_flight=max_in_flight)
 
-class Sequence:
-    """A server-side sequence (paged KV cache) owned by the client's identity.
-
-    Attributes: id (32 hex digits), info (last SequenceInfo seen), layer_lengths (tokens per
-    layer as known to this handle). Context manager: release() on exit (NotFound ignored).
-    """
-
-    def __init__(self, client, info):
-        self._client = client
-        self.info = info
-        self.id = info.sequence_id
-        self._lengths = list(info.layer_lengths) or [0] * info.num_layers
-
-    @property
-    def layer_lengths(self):
-        return list(self._lengths)
-
-    def __repr__(self):
-        return f"Sequence({self.id}, lengths={self._lengths})"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.release()
-        except NotFound:
-            pass
-
-    def _update(self, info):
-        self.info = info
-        self._lengths = list(info.layer_lengths)
-        return info
-
-    def extend(self, layer, position, q, k, v, *, timeout=None):
-        """Append k/v (T,K,H) at `position` of `layer` and attend q (T,N,H) over the whole
-        cache (bottom-right causal: row i sees keys j <= position + i).
-
-        position must equal the layer's current length (None: this handle's known length),
-        else FailedPrecondition (message gives the length). Arrays are converted to the
-        sequence's dtype. Returns ExtendResult(o (T,N,H), length, replayed, report)."""
-        req = self._client._extend_request(self, layer, position, q, k, v)
-        resp = self._client._call(self._client._seq.Extend, "Extend", req, timeout)
-        res = AttentionClient._extend_result(resp, q)
-        self._lengths[layer] = res.length
-        return res
-
-    def refresh(self, *, timeout=None):
-        """GetSequence → SequenceInfo (also updates this handle)."""
-        return self._update(self._client._call(
-            self._client._seq.GetSequence, "GetSequence",
-            spb.GetSequenceRequest(sequence_id=self.id), timeout).sequence)
-
-    def truncate(self, length, *, timeout=None):
-        """Cut every layer longer than `length` (>= 0) back to it → SequenceInfo."""
-        return self._update(self._client._call(
-            self._client._seq.TruncateSequence, "TruncateSequence",
-            spb.TruncateSequenceRequest(sequence_id=self.id, length=int(length)),
-            timeout).sequence)
-
-    def fork(self, length=None, *, timeout=None):
-        """ForkSequence (copy-on-write; optionally only the first `length` tokens) → the
-        child Sequence."""
-        req = spb.ForkSequenceRequest(sequence_id=self.id)
-        if length is not None:
-            req.length = int(length)
-        info = self._client._call(self._client._seq.ForkSequence, "ForkSequence", req,
-                                  timeout).sequence
-        return Sequence(self._client, info)
-
-    def release(self, *, timeout=None):
-        """ReleaseSequence → pages freed (pages still shared with forks stay)."""
-        return int(self._client._call(
-            self._client._seq.ReleaseSequence, "ReleaseSequence",
-            spb.ReleaseSequenceRequest(sequence_id=self.id), timeout).pages_freed)
+    def _metadata(self, identity=None):
+        """gRPC metadata of every call: identity (this call's or the client's) and token."""
+        ident = self.identity if identity is None else identity
+        md = []
+        if ident is not None:
+            md.append(("x-attn-identity", ident))
+        if self._token is not None:
+            md.append(("authorization", "Bearer " + self._token))
+        return tuple(md) or None

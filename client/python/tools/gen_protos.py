@@ -3,7 +3,12 @@
 
 Usage: python3 client/python/tools/gen_protos.py [OUT_DIR]
   OUT_DIR defaults to client/python/attention_client/_pb (the shipped modules).
-Needs grpcio-tools (pip install grpcio-tools). The generated modules import each other with
+Needs grpcio-tools == TOOLS_VERSION (pip install grpcio-tools==1.63.2, best in a venv): the
+shipped modules come from the oldest generator this package supports, so they import under
+every protobuf runtime >= its gencode version (5.26.1; the runtime refuses only gencode newer
+than itself) and every grpcio >= MIN_GRPCIO. pyproject.toml's floors are these two versions;
+tests/python/test_client_protos.py checks that they agree and tests/python/floor_deps_test.sh
+runs the client tests under exactly those floors. The generated modules import each other with
 package-relative imports (``from . import attention_pb2``) so they live inside the package
 rather than claiming the top-level name ``attention``. tests/python/test_client_protos.py runs
 this into a temporary folder and fails when the shipped modules differ (proto drift).
@@ -22,15 +27,35 @@ DEFAULT_OUT = os.path.join(HERE, "..", "attention_client", "_pb")
 MODULES = ["attention_pb2.py", "attention_pb2_grpc.py", "sequence_pb2.py", "sequence_pb2_grpc.py"]
 
 _IMPORT = re.compile(r"^from attention\.v1 import (\w+) as (\w+)$", re.M)
-# The gRPC stubs refuse to import under a grpcio older than the grpcio-tools that generated
-# them. They use nothing newer than `_registered_method` (grpcio 1.63), so the stamp is set to
-# the oldest grpcio this package declares (pyproject.toml) and has run with: 1.84.0, the
-# GPU host's (scripts/gpu_minilm_check.sh).
-MIN_GRPCIO = "1.84.0"
+# The generator pinned for the shipped modules: grpcio-tools 1.63.2 bundles protoc 26.1, whose
+# Python gencode is protobuf 5.26.1 (PROTOBUF_GENCODE) and whose stubs need grpcio 1.63
+# (`_registered_method`, grpc._utilities.first_version_is_lower).
+TOOLS_VERSION = "1.63.2"
+PROTOBUF_GENCODE = "5.26.1"
+# The gRPC stubs warn (1.63 gencode) under a grpcio older than their stamp; the stamp is the
+# oldest grpcio this package declares (pyproject.toml) and tests.
+MIN_GRPCIO = "1.63.0"
 _GRPC_STAMP = re.compile(r"^GRPC_GENERATED_VERSION = '[^']*'$", re.M)
 
 
-def generate(out_dir):
+def tools_version():
+    """The installed grpcio-tools version ("" when not installed)."""
+    try:
+        from importlib.metadata import version
+        return version("grpcio-tools")
+    except Exception:
+        return ""
+
+
+def generate(out_dir, check_version=True):
+    """Writes the modules into out_dir. check_version: refuse (RuntimeError) unless the installed
+    grpcio-tools is TOOLS_VERSION (the drift test passes False and compares only what does not
+    depend on the generator's version)."""
+    if check_version and tools_version() != TOOLS_VERSION:
+        raise RuntimeError(f"grpcio-tools {tools_version() or '(none)'} installed; the shipped "
+                           f"modules are generated with grpcio-tools=={TOOLS_VERSION} "
+                           f"(python3 -m venv /tmp/gen && /tmp/gen/bin/pip install "
+                           f"grpcio-tools=={TOOLS_VERSION})")
     from grpc_tools import protoc  # imported lazily: only needed to regenerate
     import grpc_tools
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")

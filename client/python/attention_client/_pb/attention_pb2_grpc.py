@@ -5,8 +5,10 @@ import warnings
 
 from . import attention_pb2 as attention_dot_v1_dot_attention__pb2
 
-GRPC_GENERATED_VERSION = '1.84.0'
+GRPC_GENERATED_VERSION = '1.63.0'
 GRPC_VERSION = grpc.__version__
+EXPECTED_ERROR_RELEASE = '1.65.0'
+SCHEDULED_RELEASE_DATE = 'June 25, 2024'
 _version_not_supported = False
 
 try:
@@ -16,16 +18,19 @@ except ImportError:
     _version_not_supported = True
 
 if _version_not_supported:
-    raise RuntimeError(
+    warnings.warn(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in attention/v1/attention_pb2_grpc.py depends on'
+        + f' but the generated code in attention/v1/attention_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
+        + f' This warning will become an error in {EXPECTED_ERROR_RELEASE},'
+        + f' scheduled for release on {SCHEDULED_RELEASE_DATE}.',
+        RuntimeWarning
     )
 
 
-class AttentionServiceStub:
+class AttentionServiceStub(object):
     """The attention service.
 
     Work that has started runs to completion: a deadline or cancellation is honoured before a
@@ -63,7 +68,7 @@ class AttentionServiceStub:
                 _registered_method=True)
 
 
-class AttentionServiceServicer:
+class AttentionServiceServicer(object):
     """The attention service.
 
     Work that has started runs to completion: a deadline or cancellation is honoured before a
@@ -123,11 +128,10 @@ def add_AttentionServiceServicer_to_server(servicer, server):
     generic_handler = grpc.method_handlers_generic_handler(
             'attention.v1.AttentionService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('attention.v1.AttentionService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class AttentionService:
+class AttentionService(object):
     """The attention service.
 
     Work that has started runs to completion: a deadline or cancellation is honoured before a
