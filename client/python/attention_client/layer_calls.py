@@ -6,12 +6,14 @@ hand over whole-batch torch tensors and get a whole-batch torch tensor back. Tod
 through the public ``AttentionClient.extend_batch`` / ``create_sequence``; switching to a
 faster client path changes only :meth:`LayerCalls.extend_layer`.
 
-Conversion done here, once per call: q/k/v are made contiguous in (B, T, heads, H) on their
-device and copied to host memory in one copy each; rows are views of those copies. With
-``ml_dtypes`` installed, bf16 rows go to the client as ``ml_dtypes.bfloat16`` numpy views (their
-bytes are sent as they are); without it, bf16 rows go as torch tensors (the client widens them to
-float32 and re-encodes). fp16/fp32 rows go as numpy views. The outputs are gathered into one
-host tensor and copied to q's device in one copy.
+Whole rows (every row sends all its T tokens and the call fits max_call_bytes: decode steps and
+most prefills): q/k/v are made contiguous in (B, T, heads, H) on their device and handed to
+``extend_batch`` as they are, so the client's fast path gathers them with one device→host copy
+into pinned memory, sends the bytes as they are (bf16 stays bf16) and returns every o as a view
+of one tensor on q's device (one host→device copy); the B outputs are stacked into one tensor.
+Otherwise (padding rows left out, big prefills split along the tokens): q/k/v are copied to
+host memory once each, rows are views of those copies (numpy views, ml_dtypes bf16 views, or
+torch tensors), and the outputs are gathered on the host and copied to q's device once.
 """
 import dataclasses
 import time
@@ -126,6 +128,10 @@ class LayerCalls:
         import torch
         t0 = time.perf_counter()
         B, T = q.shape[0], q.shape[1]
+        per_token = (q.shape[2] + 2 * k.shape[2]) * q.shape[3] * q.element_size()
+        if (select is None and all(s is not None for s in seqs)
+                and B * T * per_token <= self.max_call_bytes):
+            return self._extend_whole_rows(layer, seqs, positions, q, k, v, t0)
         qh, kh, vh = (_host_rows(x, torch) for x in (q, k, v))
         rows = []  # (b, token indices or None, count)
         for b in range(B):
@@ -138,7 +144,6 @@ class LayerCalls:
                 idx = None
             rows.append((b, None if idx is None else torch.as_tensor(idx, dtype=torch.long),
                          T if idx is None else len(idx)))
-        per_token = (q.shape[2] + 2 * k.shape[2]) * q.shape[3] * q.element_size()
         total = sum(n for _, _, n in rows) * per_token
         chunk = max(1, self.max_call_bytes // max(1, len(rows) * per_token)) \
             if total > self.max_call_bytes else max([n for _, _, n in rows] or [1])
@@ -188,3 +193,43 @@ class LayerCalls:
                 convert_us=convert * 1e6, call_us=call * 1e6, server=server, rows=len(rows),
                 tokens=sum(n for _, _, n in rows)))
         return out, failures
+
+    def _extend_whole_rows(self, layer, seqs, positions, q, k, v, t0):
+        """extend_layer when every row sends all its T tokens in one call (decode steps and
+        prefills under max_call_bytes): the tensors go to the client as they are, on their
+        device, so its fast path gathers all 3·B of them with one device→host copy and
+        returns every o as a view of one tensor on q's device (one host→device copy); here
+        only the (B, T, heads, H) layout is made contiguous (3 copies on the device) and the
+        B outputs are stacked (one)."""
+        import torch
+        qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
+        steps = [(seqs[b], layer, int(positions[b]), qc[b], kc[b], vc[b])
+                 for b in range(q.shape[0])]
+        t1 = time.perf_counter()
+        self.rpcs += 1
+        results = self.client.extend_batch(steps, timeout=self.timeout)
+        t2 = time.perf_counter()
+        failures, server = {}, {}
+        outs = []
+        for b, r in enumerate(results):
+            if isinstance(r, AttentionError):
+                failures[b] = r
+                outs.append(torch.zeros_like(qc[b]))
+                continue
+            o = r.o if _is_torch_tensor(r.o, torch) else _from_wire(r.o, q.dtype, torch)
+            outs.append(o.to(device=q.device, dtype=q.dtype))
+            for name, us in r.report.times_us.items():
+                server[name] = max(server.get(name, 0), us)
+        out = torch.stack(outs)
+        if q.device.type == "cuda":
+            torch.cuda.synchronize(q.device)
+        t3 = time.perf_counter()
+        if self.record:
+            self.timings.append(CallTiming(
+                convert_us=((t1 - t0) + (t3 - t2)) * 1e6, call_us=(t2 - t1) * 1e6,
+                server=server, rows=len(steps), tokens=len(steps) * q.shape[1]))
+        return out, failures
+
+
+def _is_torch_tensor(x, torch):
+    return isinstance(x, torch.Tensor)
