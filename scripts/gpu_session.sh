@@ -10,6 +10,8 @@
 #   auto    issue-4 auto: --calibrate, then auto vs the fastest backend on held-out Azure shapes
 #   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
 #   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
+#   frontend  issue 15: bench/frontend_bench.py through the bundle (TCP, Unix socket) and the
+#           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step.
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
@@ -82,6 +84,29 @@ for step in $steps; do
       say "minilm"
       mkdir -p "$OUT/minilm"
       OUT="$OUT/minilm" timeout 150 bash "$root/scripts/gpu_minilm_check.sh" 2>&1 | tail -n 80
+      ;;
+    frontend)
+      # Issue 15: the transformers frontend through the bundled server (TCP and Unix socket)
+      # against its local loop, plus the Python client's CUDA fast-path tests. FRONTEND_ARGS
+      # narrows the grid (default: B 1 and 32, prompt 512, 32 new tokens).
+      say "frontend"
+      mkdir -p "$OUT/frontend"
+      b="$root/.bundle/attn"
+      printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-server "$@"\n' "$b" >/tmp/attention-server
+      printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-loadgen "$@"\n' "$b" >/tmp/attention-loadgen
+      chmod +x /tmp/attention-server /tmp/attention-loadgen
+      export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
+      ATTN_SERVER_BIN=/tmp/attention-server timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
+        "$root/tests/python/test_client_fastpath.py" -k "cuda or torch" 2>&1 | tail -n 8 |
+        tee "$OUT/frontend/fastpath_cuda.txt"
+      # shellcheck disable=SC2086
+      PYTHONUNBUFFERED=1 timeout "${FRONTEND_TIMEOUT:-420}" python3 "$root/bench/frontend_bench.py" \
+        --server-bin /tmp/attention-server --loadgen /tmp/attention-loadgen --kv-device gpu \
+        --out "$OUT/frontend/frontend.json" \
+        ${FRONTEND_ARGS:---batches 1,32 --prompts 512 --new-tokens 32} \
+        >"$OUT/frontend/frontend_bench.txt" 2>&1
+      echo "frontend_bench exit $?" >>"$OUT/frontend/frontend_bench.txt"
+      tail -n 60 "$OUT/frontend/frontend_bench.txt"
       ;;
     bench)
       say "bench"
