@@ -33,6 +33,10 @@ struct BatchedExtend {
   Status status;                       ///< out: the step's result
   int64_t launch_size = 0;    ///< out: steps in the attention launch it ran in (0: none ran)
   int64_t launch_tokens = 0;  ///< out: query tokens of that launch
+  /// Asked once the sequence is locked (PrepareExtend); may be empty.
+  StillWanted still_wanted;
+  /// out: the step was dropped by `still_wanted` (not applied; `status` says why).
+  bool dropped = false;
 };
 
 /// Host wall time of the phases of RunExtendSteps, in nanoseconds (added to, never reset):
