@@ -147,8 +147,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
       s = fn();
     }
     if (!s.ok()) spdlog::debug("SequenceService call failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(method, SeenByClient(context, s.code()), start);
+    Observe(method, seen, start);
     CallDone();
   };
   if (run_here_when_full) {
@@ -196,8 +197,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
   CallStarted();
   auto finish = [this, context, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("Extend failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(metrics::Method::kExtend, SeenByClient(context, s.code()), start);
+    Observe(metrics::Method::kExtend, seen, start);
     CallDone();
   };
   auto args = ValidateExtend(*request);
@@ -234,8 +236,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
   };
   auto finish = [this, context, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("ExtendBatch failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(metrics::Method::kExtendBatch, SeenByClient(context, s.code()), start);
+    Observe(metrics::Method::kExtendBatch, seen, start);
     CallDone();
   };
   if (Status v = ValidateExtendBatch(*request); !v.ok()) {
