@@ -64,8 +64,8 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
         return w;
       };
     }
-    s.status = PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, prep[i].get(),
-                             check);
+    s.status =
+        PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, prep[i].get(), check);
     s.dropped = unwanted;
     if (s.status.ok() && !prep[i]->replayed) groups[KeyOf(*prep[i])].push_back(i);
   }

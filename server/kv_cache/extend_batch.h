@@ -9,7 +9,8 @@
 // failed launch rolls back every step of its group (AbortExtend) and reports the error on
 // each. Per-(sequence, layer) rules are those of ExtendStep: position checks, exact replays
 // answered from the stored result, concurrent steps on one sequence run one after the other
-// (a batch never holds two steps of one sequence: those run after the batch, in order).
+// (a batch never holds two steps of one sequence: those run after the batch, in order). A step
+// whose `still_wanted` says no once its sequence is locked is dropped unapplied.
 // Thread-safety: thread-safe; the steps' outputs and outcomes are written by this call only.
 #pragma once
 

@@ -84,9 +84,8 @@ Status DeriveScales(const void *x, DType dtype, int64_t T, int64_t K, int64_t H,
 
 }  // namespace
 
-Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
-                     const std::string &owner, const ExtendArgs &a, std::string *o,
-                     ExtendOutcome *out, PreparedExtend *step,
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                     const ExtendArgs &a, std::string *o, ExtendOutcome *out, PreparedExtend *step,
                      const StillWanted &still_wanted) {
   auto locked = store->Acquire(a.sequence_id, owner);
   if (!locked.ok()) return locked.status();

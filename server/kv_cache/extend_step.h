@@ -83,10 +83,9 @@ using StillWanted = std::function<Status()>;
 /// the pages the step needs. `o` is resized to the output size (and filled for a replay);
 /// `step` must not move until Commit/Abort. Errors as ExtendStep, or `still_wanted`'s; on error
 /// nothing is held and nothing changed.
-Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
-                     const std::string &owner, const ExtendArgs &args, std::string *o,
-                     ExtendOutcome *outcome, PreparedExtend *step,
-                     const StillWanted &still_wanted = nullptr);
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                     const ExtendArgs &args, std::string *o, ExtendOutcome *outcome,
+                     PreparedExtend *step, const StillWanted &still_wanted = nullptr);
 /// After the append and attend ran: records the step (last step for replays, FP8 scales,
 /// saturations), fills `outcome` (with `times`, the launches' times) and unlocks the sequence.
 void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,

@@ -114,8 +114,9 @@ class SequenceServiceImpl::StreamReactor
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!ok) {
-      End(context_->IsCancelled() ? ClientGone()
-                                  : grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      End(context_->IsCancelled()
+              ? ClientGone()
+              : grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
       return;
     }
     if (ending_) {
@@ -199,12 +200,11 @@ class SequenceServiceImpl::StreamReactor
     if (!s.ok()) {
       pb::ExtendResult failed;
       failed.set_code(static_cast<int32_t>(StatusCode::kInternal));
-      failed.set_message(
-          "the result of message " + std::to_string(messages_) + " could not be serialised (" +
-          Utf8SafeEcho(s.error_message(), 256) + ")" +
-          (result_.code() == 0 ? "; its step was applied: layer length now " +
-                                     std::to_string(result_.response().length())
-                               : "; its step was not applied"));
+      failed.set_message("the result of message " + std::to_string(messages_) +
+                         " could not be serialised (" + Utf8SafeEcho(s.error_message(), 256) + ")" +
+                         (result_.code() == 0 ? "; its step was applied: layer length now " +
+                                                    std::to_string(result_.response().length())
+                                              : "; its step was not applied"));
       spdlog::error("ExtendStream: {}", failed.message());
       out_.Clear();
       grpc::SerializationTraits<pb::ExtendResult>::Serialize(failed, &out_, &own);

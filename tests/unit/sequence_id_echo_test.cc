@@ -25,10 +25,13 @@ TEST(Utf8SafeEcho, CutsAtACharacterBoundary) {
 }
 
 TEST(Utf8SafeEcho, EscapesEveryByteThatIsNotPartOfAValidCharacter) {
-  EXPECT_EQ(Utf8SafeEcho("a\xff" "b", kNoLimit), "a\\xffb");
-  EXPECT_EQ(Utf8SafeEcho("\xc0\xaf", kNoLimit), "\\xc0\\xaf");          // overlong '/'
-  EXPECT_EQ(Utf8SafeEcho("\xed\xa0\x80", kNoLimit), "\\xed\\xa0\\x80");  // surrogate
-  EXPECT_EQ(Utf8SafeEcho("x\xe2\x82", kNoLimit), "x\\xe2\\x82");         // cut short
+  EXPECT_EQ(Utf8SafeEcho("a\xff"
+                         "b",
+                         kNoLimit),
+            "a\\xffb");
+  EXPECT_EQ(Utf8SafeEcho("\xc0\xaf", kNoLimit), "\\xc0\\xaf");                    // overlong '/'
+  EXPECT_EQ(Utf8SafeEcho("\xed\xa0\x80", kNoLimit), "\\xed\\xa0\\x80");           // surrogate
+  EXPECT_EQ(Utf8SafeEcho("x\xe2\x82", kNoLimit), "x\\xe2\\x82");                  // cut short
   EXPECT_EQ(Utf8SafeEcho("\xf4\x90\x80\x80", kNoLimit), "\\xf4\\x90\\x80\\x80");  // > U+10FFFF
   EXPECT_EQ(Utf8SafeEcho("\xe2\x82\xac \xf0\x9f\x98\x80", kNoLimit),
             "\xe2\x82\xac \xf0\x9f\x98\x80");  // € and an emoji stay
