@@ -177,6 +177,7 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
 
   const attn::metrics::Registration kv_gauges = metrics.RegisterKvCache([&sequences] {
     attn::metrics::KvCacheStats stats;
+    sequences.SweepExpired();  // expired sequences are not counted
     for (const attn::KvClassStats& c : sequences.pool()->Stats()) {
       stats.classes.push_back({"k" + std::to_string(c.layout.num_kv_heads) + "_h" +
                                    std::to_string(c.layout.head_dim) + "_" +
@@ -184,6 +185,7 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
                                c.pages_total, c.pages_used});
     }
     stats.sequences = sequences.live_sequences();
+    stats.revoked_sequences = sequences.revocations();
     for (const auto& [kind, budget] :
          {std::pair{"replay_outputs", sequences.replay_budget().get()},
           std::pair{"sequence_metadata", sequences.metadata_budget().get()}}) {
@@ -288,7 +290,8 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
 
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
-    attn::security::ReloadTokens(security->authenticator.get());
+    // An identity left without a token loses its open streams and its sequences now.
+    sequence_service.RevokeIdentities(attn::security::ReloadTokens(security->authenticator.get()));
   }
   spdlog::info("signal {}: draining ({} calls and {} sequence calls or streams in flight)", sig,
                service.in_flight(), sequence_service.in_flight());

@@ -123,6 +123,21 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     s.owner = &it->req.owner;
     s.o = it->req.response->mutable_o()->mutable_data();
     s.outcome = &f->outcomes[i];
+    // Checked again once the sequence is locked: with several batch threads this step may
+    // have waited there behind another batch's step on the same sequence.
+    s.still_wanted = [it]() -> Status {
+      if (std::chrono::system_clock::now() >= it->deadline()) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      "deadline passed while the step waited for an earlier step of its "
+                      "sequence; not applied");
+      }
+      if (it->Cancelled()) {
+        return Status(StatusCode::kCancelled,
+                      "cancelled by the client while the step waited for an earlier step of "
+                      "its sequence; not applied");
+      }
+      return Status::Ok();
+    };
     decode_only = decode_only && it->req.args.q_shape[0] == 1;
   }
   StepPhases phases;
@@ -170,7 +185,7 @@ void StepBatcher::Respond(Finished& f, size_t begin, size_t end) {
     attention::v1::ExtendResponse* response = it->req.response;
     if (!s.status.ok()) {
       response->Clear();
-      it->req.done(s.status, true);
+      it->req.done(s.status, /*ran=*/!s.dropped);
       continue;
     }
     const ExtendArgs& a = it->req.args;

@@ -7,7 +7,10 @@
 // scale split a batch further at launch). Tokens: the step's T, so a long prefill fills the
 // token budget and runs alone instead of delaying decodes behind it in one launch. Exclusive
 // key: the sequence id, so a batch never holds two steps of one sequence (they run in FIFO
-// order in later batches). Deadlines and cancellation are checked before launch.
+// order in later batches). Deadlines and cancellation are checked before launch, and again
+// once a step holds its sequence's lock (BatchedExtend::still_wanted): with several batch
+// threads a step may wait there behind another batch's step on the same sequence, and one
+// cancelled or past its deadline meanwhile is dropped (not applied; `done(status, false)`).
 // Each step's ExtendResponse carries the launch's batch size and tokens and the step's
 // queue time in its ExecutionReport. Responses are built and handed to gRPC (StartWrite, which
 // serialises the message and may write the socket on the calling thread) by a small pool of

@@ -55,7 +55,18 @@ void RunExtendSteps(SequenceStore *store, PagedAttentionBackend *backend, Batche
     s.launch_size = 0;
     s.launch_tokens = 0;
     prep[i] = std::make_unique<PreparedExtend>();
-    s.status = PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, prep[i].get());
+    bool unwanted = false;
+    StillWanted check;
+    if (s.still_wanted) {
+      check = [&s, &unwanted]() {
+        Status w = s.still_wanted();
+        unwanted = !w.ok();
+        return w;
+      };
+    }
+    s.status =
+        PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, prep[i].get(), check);
+    s.dropped = unwanted;
     if (s.status.ok() && !prep[i]->replayed) groups[KeyOf(*prep[i])].push_back(i);
   }
   ph.prepare_ns += since(t0);

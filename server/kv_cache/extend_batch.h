@@ -9,7 +9,8 @@
 // failed launch rolls back every step of its group (AbortExtend) and reports the error on
 // each. Per-(sequence, layer) rules are those of ExtendStep: position checks, exact replays
 // answered from the stored result, concurrent steps on one sequence run one after the other
-// (a batch never holds two steps of one sequence: those run after the batch, in order).
+// (a batch never holds two steps of one sequence: those run after the batch, in order). A step
+// whose `still_wanted` says no once its sequence is locked is dropped unapplied.
 // Thread-safety: thread-safe; the steps' outputs and outcomes are written by this call only.
 #pragma once
 
@@ -33,6 +34,10 @@ struct BatchedExtend {
   Status status;                       ///< out: the step's result
   int64_t launch_size = 0;    ///< out: steps in the attention launch it ran in (0: none ran)
   int64_t launch_tokens = 0;  ///< out: query tokens of that launch
+  /// Asked once the sequence is locked (PrepareExtend); may be empty.
+  StillWanted still_wanted;
+  /// out: the step was dropped by `still_wanted` (not applied; `status` says why).
+  bool dropped = false;
 };
 
 /// Host wall time of the phases of RunExtendSteps, in nanoseconds (added to, never reset):

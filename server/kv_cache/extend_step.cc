@@ -84,11 +84,14 @@ Status DeriveScales(const void *x, DType dtype, int64_t T, int64_t K, int64_t H,
 
 }  // namespace
 
-Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
-                     const std::string &owner, const ExtendArgs &a, std::string *o,
-                     ExtendOutcome *out, PreparedExtend *step) {
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                     const ExtendArgs &a, std::string *o, ExtendOutcome *out, PreparedExtend *step,
+                     const StillWanted &still_wanted) {
   auto locked = store->Acquire(a.sequence_id, owner);
   if (!locked.ok()) return locked.status();
+  // Acquire may have waited for a step of another batch on this sequence: a step cancelled or
+  // past its deadline meanwhile must not be applied (its caller was told it was not).
+  if (still_wanted) ATTN_RETURN_IF_ERROR(still_wanted());
   Sequence *seq = locked->seq.get();
   const SequenceConfig &c = seq->config;
   ATTN_RETURN_IF_ERROR(CheckArgs(c, a));

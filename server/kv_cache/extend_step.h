@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,13 +73,19 @@ struct PreparedExtend {
   std::vector<float> k_scales, v_scales;  ///< FP8 scales in use (derived on first prefill)
 };
 
-/// Locks the sequence, checks `args` (layer, dtypes, shapes, position), answers an exact
-/// replay from the stored result, or takes the pages the step needs. `o` is resized to the
-/// output size (and filled for a replay); `step` must not move until Commit/Abort.
-/// Errors as ExtendStep; on error nothing is held and nothing changed.
-Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend,
-                     const std::string &owner, const ExtendArgs &args, std::string *o,
-                     ExtendOutcome *outcome, PreparedExtend *step);
+/// Whether a step is still wanted, asked once the sequence's lock is held (the step may have
+/// waited for it behind another step of the same sequence): Ok to go on, else the status the
+/// step ends with (CANCELLED, DEADLINE_EXCEEDED), and nothing is applied.
+using StillWanted = std::function<Status()>;
+
+/// Locks the sequence, asks `still_wanted` (may be empty: always wanted), checks `args`
+/// (layer, dtypes, shapes, position), answers an exact replay from the stored result, or takes
+/// the pages the step needs. `o` is resized to the output size (and filled for a replay);
+/// `step` must not move until Commit/Abort. Errors as ExtendStep, or `still_wanted`'s; on error
+/// nothing is held and nothing changed.
+Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
+                     const ExtendArgs &args, std::string *o, ExtendOutcome *outcome,
+                     PreparedExtend *step, const StillWanted &still_wanted = nullptr);
 /// After the append and attend ran: records the step (last step for replays, FP8 scales,
 /// saturations), fills `outcome` (with `times`, the launches' times) and unlocks the sequence.
 void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string &o,

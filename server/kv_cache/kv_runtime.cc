@@ -61,6 +61,10 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
   store_options.sequence_metadata_bytes = config.sequence_metadata_bytes;
   store_options.owner_limits = {config.max_sequences_per_identity, config.max_pages_per_identity};
   kv->store = std::make_unique<SequenceStore>(kv->pages.get(), store_options);
+  if (config.sequence_ttl_s > 0) {
+    kv->sweeper =
+        std::make_unique<TtlSweeper>(kv->store.get(), TtlSweepInterval(config.sequence_ttl_s));
+  }
   spdlog::info("KV cache on {}: pages of {} tokens in {:.1f} MiB of {} memory", kv->device,
                config.kv_page_tokens, kv->memory->capacity() / 1048576.0,
                kv->device == "gpu" ? "device" : "host");

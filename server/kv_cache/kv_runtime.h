@@ -12,6 +12,7 @@
 #include "kv_cache/page_pool.h"
 #include "kv_cache/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
+#include "kv_cache/ttl_sweeper.h"
 #include "memory/kv_memory.h"
 
 namespace attn {
@@ -22,6 +23,8 @@ struct KvRuntime {
   std::unique_ptr<KvMemory> memory;
   std::unique_ptr<PagePool> pages;
   std::unique_ptr<SequenceStore> store;
+  /// Expires idle sequences on a timer when --sequence-ttl-s > 0 (else null); stops first.
+  std::unique_ptr<TtlSweeper> sweeper;
   std::unique_ptr<PagedAttentionBackend> compute;
   std::string device;  ///< "cpu" or "gpu": where pages live and steps run
 };

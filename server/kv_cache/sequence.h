@@ -58,7 +58,7 @@ struct LayerState {
 };
 
 /// Why a sequence is gone (reported in NOT_FOUND to its owner).
-enum class SequenceState { kLive, kReleased, kEvicted, kExpired };
+enum class SequenceState { kLive, kReleased, kEvicted, kExpired, kRevoked };
 
 struct Sequence {
   Sequence(std::string id_in, std::string owner_in, SequenceConfig config_in, SubPool *sub_in)

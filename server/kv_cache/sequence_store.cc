@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "kv_cache/sequence_id.h"
@@ -22,6 +23,8 @@ const char *GoneReason(SequenceState s) {
       return "was evicted (least recently used, to make room in the KV cache)";
     case SequenceState::kExpired:
       return "expired (idle longer than --sequence-ttl-s)";
+    case SequenceState::kRevoked:
+      return "was released when its owner's last token was revoked (token file reloaded)";
     default:
       return "was released";
   }
@@ -98,7 +101,11 @@ StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, Sequenc
   if (!sub.ok()) return sub.status();
   auto seq = std::make_shared<Sequence>(std::string(), owner, std::move(config), *sub);
   StatusOr<BudgetCharge> charge = ChargeMetadata(seq->config, "CreateSequence");
-  if (!charge.ok()) return charge.status();
+  if (!charge.ok()) {
+    SweepExpired();  // expired sequences' metadata must not refuse a new one
+    charge = ChargeMetadata(seq->config, "CreateSequence");
+    if (!charge.ok()) return charge.status();
+  }
   seq->metadata = std::move(*charge);  // before the layers are built
   const int32_t pt = pool_->page_tokens();
   seq->layers.reserve(static_cast<size_t>(seq->config.num_layers));
@@ -116,7 +123,7 @@ StatusOr<LockedSequence> SequenceStore::Create(const std::string &owner, Sequenc
                              " KV pages; the whole cache holds at most " +
                              std::to_string(max_pages) + " of this layout");
   }
-  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));
+  ATTN_RETURN_IF_ERROR(AddOwnedSequence(owner));
   if (per_layer > 0) {
     std::vector<int32_t> pages(static_cast<size_t>(per_layer * seq->config.num_layers));
     if (Status s = AllocatePages(seq.get(), static_cast<int64_t>(pages.size()), pages.data());
@@ -230,6 +237,27 @@ Status SequenceStore::Release(const std::string &id, const std::string &owner,
   return Status::Ok();
 }
 
+int64_t SequenceStore::ReleaseOwner(const std::string &owner, int64_t *pages_freed) {
+  std::vector<std::shared_ptr<Sequence>> mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto &[id, s] : live_) {
+      if (s->owner == owner) mine.push_back(s);
+    }
+  }
+  int64_t released = 0, freed = 0;
+  for (const auto &s : mine) {
+    std::unique_lock<std::mutex> l(s->mu);  // waits for a step in progress on it
+    if (s->state != SequenceState::kLive) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    freed += DropLocked(s.get(), SequenceState::kRevoked);
+    ++released;
+  }
+  revocations_.fetch_add(released);
+  if (pages_freed != nullptr) *pages_freed = freed;
+  return released;
+}
+
 StatusOr<LockedSequence> SequenceStore::Fork(const std::string &id, const std::string &owner,
                                              std::optional<int64_t> length) {
   if (length.has_value() && *length < 0) {
@@ -241,8 +269,12 @@ StatusOr<LockedSequence> SequenceStore::Fork(const std::string &id, const std::s
   SequenceConfig cfg = p->config;
   cfg.reserve_tokens = 0;
   StatusOr<BudgetCharge> charge = ChargeMetadata(cfg, "ForkSequence");
-  if (!charge.ok()) return charge.status();
-  ATTN_RETURN_IF_ERROR(quota_.AddSequence(owner));  // shared pages are already charged
+  if (!charge.ok()) {
+    SweepExpired();
+    charge = ChargeMetadata(cfg, "ForkSequence");
+    if (!charge.ok()) return charge.status();
+  }
+  ATTN_RETURN_IF_ERROR(AddOwnedSequence(owner));  // shared pages are already charged
   auto child = std::make_shared<Sequence>(std::string(), owner, std::move(cfg), p->sub);
   child->metadata = std::move(*charge);
   for (const LayerState &pl : p->layers) {
@@ -282,8 +314,17 @@ void SequenceStore::Truncate(Sequence *seq, int64_t length) {
   }
 }
 
+Status SequenceStore::AddOwnedSequence(const std::string &owner) {
+  if (quota_.AddSequence(owner).ok()) return Status::Ok();
+  SweepExpired();  // the owner's expired sequences no longer count
+  return quota_.AddSequence(owner);
+}
+
 Status SequenceStore::AllocatePages(Sequence *seq, int64_t n, int32_t *out) {
-  ATTN_RETURN_IF_ERROR(quota_.ReservePages(seq->owner, n));
+  if (!quota_.ReservePages(seq->owner, n).ok()) {
+    SweepExpired();  // the owner's expired sequences' pages no longer count
+    ATTN_RETURN_IF_ERROR(quota_.ReservePages(seq->owner, n));
+  }
   Status s = AllocateFromPool(seq, n, out);
   if (!s.ok()) quota_.ReturnPages(seq->owner, n);
   return s;
@@ -291,25 +332,45 @@ Status SequenceStore::AllocatePages(Sequence *seq, int64_t n, int32_t *out) {
 
 Status SequenceStore::AllocateFromPool(Sequence *seq, int64_t n, int32_t *out) {
   Status s = pool_->Allocate(seq->sub, n, out);
-  if (s.ok() || !options_.evict_idle) return s;
+  if (s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  SweepExpiredLocked();
+  SweepExpiredLocked();  // expired sequences never refuse live ones their pages
   if (pool_->Allocate(seq->sub, n, out).ok()) return Status::Ok();
-  // Least recently used idle sequences of the same class, until their exclusive
-  // pages suffice.
+  if (!options_.evict_idle) return s;
+  // Idle sequences of the same class, least recently used first, until their exclusive pages
+  // suffice: the caller's own first; another identity's only while that identity holds more
+  // than its fair share (this class's pages / identities holding sequences), so an identity
+  // within its share never loses sequences to another's allocations.
   const int64_t available = pool_->AvailablePages(seq->sub);
+  int64_t class_used = 0;
+  for (const KvClassStats &c : pool_->Stats()) {
+    if (c.layout == seq->sub->layout()) class_used = c.pages_used;
+  }
+  const int64_t fair_share =
+      (class_used + available) / std::max<int64_t>(1, static_cast<int64_t>(quota_.identities()));
+  std::unordered_map<std::string, int64_t> held;  // other identities' pages, victims deducted
   int64_t gain = 0;
   std::vector<std::pair<std::shared_ptr<Sequence>, std::unique_lock<std::mutex>>> victims;
-  for (auto it = lru_.rbegin(); it != lru_.rend() && available + gain < n; ++it) {
-    Sequence *c = *it;
-    if (c == seq || c->sub != seq->sub) continue;
-    std::unique_lock<std::mutex> l(c->mu, std::try_to_lock);
-    if (!l.owns_lock()) continue;  // in use
-    for (const LayerState &layer : c->layers) {
-      for (int32_t page : layer.table.pages()) gain += pool_->RefCount(c->sub, page) == 1;
-      gain += static_cast<int64_t>(layer.spare.size());
+  for (const bool own : {true, false}) {
+    for (auto it = lru_.rbegin(); it != lru_.rend() && available + gain < n; ++it) {
+      Sequence *c = *it;
+      if (c == seq || c->sub != seq->sub || (c->owner == seq->owner) != own) continue;
+      int64_t *other = nullptr;
+      if (!own) {
+        other = &held.try_emplace(c->owner, quota_.Usage(c->owner).pages).first->second;
+        if (*other <= fair_share) continue;  // within its share: not evictable by others
+      }
+      std::unique_lock<std::mutex> l(c->mu, std::try_to_lock);
+      if (!l.owns_lock()) continue;  // in use
+      int64_t frees = 0;
+      for (const LayerState &layer : c->layers) {
+        for (int32_t page : layer.table.pages()) frees += pool_->RefCount(c->sub, page) == 1;
+        frees += static_cast<int64_t>(layer.spare.size());
+      }
+      gain += frees;
+      if (other != nullptr) *other -= frees;
+      victims.emplace_back(live_.at(c->id), std::move(l));
     }
-    victims.emplace_back(live_.at(c->id), std::move(l));
   }
   if (available + gain < n) return s;  // evicting would not help: harm nothing
   for (auto &[victim, l] : victims) {

@@ -79,6 +79,10 @@ class SequenceStore {
   /// Drops a sequence; *pages_freed (nullable) counts pages that returned to
   /// the pool.
   Status Release(const std::string &id, const std::string &owner, int64_t *pages_freed);
+  /// Drops every live sequence of `owner` (waiting for a step in progress on each), as
+  /// state "revoked": used when the owner's last token is revoked. Returns how many;
+  /// *pages_freed (nullable) counts pages that returned to the pool.
+  int64_t ReleaseOwner(const std::string &owner, int64_t *pages_freed);
   /// A child sharing the parent's pages (first `length` tokens of each layer
   /// when given), returned locked; the shared pages are not charged to the
   /// owner again. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative length;
@@ -88,15 +92,18 @@ class SequenceStore {
   /// Cuts every layer of a locked sequence back to at most `length` tokens.
   void Truncate(Sequence *seq, int64_t length);
 
-  /// Takes `n` pages for `seq` (whose lock the caller holds), evicting idle
-  /// sequences of the same layout class when configured, and charges them to
-  /// seq's owner. All or nothing; RESOURCE_EXHAUSTED otherwise (the owner's
-  /// page limit, or the cache).
+  /// Takes `n` pages for `seq` (whose lock the caller holds) and charges them to seq's
+  /// owner. Before refusing, expired sequences are swept; then, with evict_idle, idle
+  /// sequences of the same layout class are evicted: seq's owner's own first (least recently
+  /// used first), another identity's only while that identity holds more pages than its fair
+  /// share (the class's pages, used plus available, divided by the identities holding
+  /// sequences; an identity's pages are counted over all classes). All or nothing;
+  /// RESOURCE_EXHAUSTED otherwise (the owner's page limit, or the cache).
   Status AllocatePages(Sequence *seq, int64_t n, int32_t *out);
   /// Drops one reference from each page of `seq`'s class; returns pages freed.
   int64_t ReleasePages(Sequence *seq, const int32_t *pages, int64_t n);
-  /// Drops sequences idle longer than the TTL (also done lazily on every
-  /// lookup).
+  /// Drops sequences idle longer than the TTL (also done on every lookup, before refusing
+  /// for lack of pages, sequence count or metadata, and on a timer: kv_cache/ttl_sweeper.h).
   void SweepExpired();
 
   PagePool *pool() const { return pool_; }
@@ -110,6 +117,8 @@ class SequenceStore {
   int64_t live_sequences() const;
   int64_t evictions() const { return evictions_.load(); }
   int64_t expirations() const { return expirations_.load(); }
+  /// Sequences dropped by ReleaseOwner (their owner's token was revoked).
+  int64_t revocations() const { return revocations_.load(); }
   void AddSaturations(int64_t n) { saturations_.fetch_add(n); }
   int64_t saturations() const { return saturations_.load(); }
 
@@ -118,6 +127,8 @@ class SequenceStore {
   Status AllocateFromPool(Sequence *seq, int64_t n, int32_t *out);
   StatusOr<std::shared_ptr<Sequence>> Register(std::shared_ptr<Sequence> seq);
   void SweepExpiredLocked();
+  /// quota_.AddSequence, once more after a sweep when refused.
+  Status AddOwnedSequence(const std::string &owner);
   // Frees `s`'s pages and forgets it; store lock and s->mu held.
   int64_t DropLocked(Sequence *s, SequenceState why);
   Status NotFound(const std::string &id,
@@ -137,6 +148,7 @@ class SequenceStore {
   std::deque<std::string> tombstone_order_;
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> expirations_{0};
+  std::atomic<int64_t> revocations_{0};
   std::atomic<int64_t> saturations_{0};
   security::IdentityQuota quota_;
   std::shared_ptr<ByteBudget> replay_budget_;

@@ -175,6 +175,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     auto kv_cap = GaugeFamily("attn_kv_capacity_pages", "KV-cache pages per layout class.");
     auto kv_used = GaugeFamily("attn_kv_used_pages", "KV-cache pages in use per layout class.");
     auto kv_seq = GaugeFamily("attn_kv_sequences", "Live sequences in the KV cache.");
+    auto kv_revoked = GaugeFamily("attn_kv_sequences_revoked_total",
+                                  "Sequences released because their owner's last token was "
+                                  "revoked (token file reloaded by SIGHUP).");
+    kv_revoked.type = prometheus::MetricType::Counter;
     auto kv_host_used = GaugeFamily("attn_kv_host_used_bytes",
                                     "Host memory of the KV cache outside its pages, by kind "
                                     "(replay_outputs, sequence_metadata).");
@@ -185,7 +189,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     peak_flops.metric.push_back(GaugeValue(peak_flops_));
     peak_bytes.metric.push_back(GaugeValue(peak_bytes_));
     bool any_kv = false;
-    int64_t sequences = 0;
+    int64_t sequences = 0, revoked = 0;
     std::map<std::string, std::pair<int64_t, int64_t>> classes;
     std::map<std::string, std::pair<int64_t, int64_t>> host;  // kind -> (used, capacity)
     int64_t in_flight_sum = 0, queued_sum = 0, cap_sum = 0, used_sum = 0;
@@ -206,6 +210,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
         any_kv = true;
         KvCacheStats st = s.kv();
         sequences += st.sequences;
+        revoked += st.revoked_sequences;
         for (const auto& c : st.classes) {
           auto& e = classes[c.layout_class];
           e.first += c.capacity_pages;
@@ -228,6 +233,9 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     }
     if (any_kv) {
       kv_seq.metric.push_back(GaugeValue(static_cast<double>(sequences)));
+      prometheus::ClientMetric revoked_value;
+      revoked_value.counter.value = static_cast<double>(revoked);
+      kv_revoked.metric.push_back(std::move(revoked_value));
       for (const auto& [name, v] : classes) {
         kv_cap.metric.push_back(GaugeValue(static_cast<double>(v.first), {{"layout_class", name}}));
         kv_used.metric.push_back(
@@ -240,7 +248,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     }
     std::vector<prometheus::MetricFamily> out;
     for (auto* f : {&in_flight, &queued, &pool_cap, &pool_used, &peak_flops, &peak_bytes, &kv_cap,
-                    &kv_used, &kv_seq, &kv_host_used, &kv_host_cap}) {
+                    &kv_used, &kv_seq, &kv_revoked, &kv_host_used, &kv_host_cap}) {
       out.push_back(std::move(*f));
     }
     return out;

@@ -140,6 +140,8 @@ struct KvCacheStats {
   };
   std::vector<PageClass> classes;
   int64_t sequences = 0;  ///< live sequences
+  /// Sequences released because their owner's last token was revoked (since start; a counter).
+  int64_t revoked_sequences = 0;
   /// Host-memory budgets of the cache (label value of `kind`, e.g. "replay_outputs").
   struct HostBudget {
     std::string kind;

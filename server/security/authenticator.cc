@@ -1,6 +1,9 @@
 #include "security/authenticator.h"
 
+#include <algorithm>
 #include <cctype>
+#include <iterator>
+#include <utility>
 
 namespace attn::security {
 namespace {
@@ -56,13 +59,22 @@ size_t Authenticator::tokens() const {
   return t ? t->size() : 0;
 }
 
-Status Authenticator::Reload() {
+Status Authenticator::Reload(std::vector<std::string>* revoked) {
   if (mode_ != AuthMode::kToken) return Status::Ok();
   auto fresh = TokenTable::Load(token_file_);
   if (!fresh.ok()) return fresh.status();
   auto next = std::make_shared<const TokenTable>(std::move(*fresh));
-  std::lock_guard<std::mutex> lock(mu_);
-  table_ = std::move(next);
+  std::shared_ptr<const TokenTable> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::exchange(table_, next);
+  }
+  if (revoked != nullptr) {
+    revoked->clear();
+    const std::vector<std::string> before = old->Identities(), after = next->Identities();
+    std::set_difference(before.begin(), before.end(), after.begin(), after.end(),
+                        std::back_inserter(*revoked));
+  }
   return Status::Ok();
 }
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -49,8 +50,9 @@ class Authenticator {
   grpc::Status Authenticate(const grpc::ServerContextBase& context, std::string* identity) const;
 
   /// Token mode: reads the token file again and swaps the table in; on error
-  /// the old table stays. Other modes: nothing to do, Ok.
-  Status Reload();
+  /// the old table stays. Other modes: nothing to do, Ok. `revoked` (nullable) gets the
+  /// identities the old table had and the new one has not (sorted; they lost every token).
+  Status Reload(std::vector<std::string>* revoked = nullptr);
 
   AuthMode mode() const { return mode_; }
   /// Number of tokens loaded (token mode), else 0.

@@ -48,16 +48,19 @@ StatusOr<ServerSecurity> BuildServerSecurity(const ServerConfig& config) {
   return s;
 }
 
-void ReloadTokens(Authenticator* authenticator) {
+std::vector<std::string> ReloadTokens(Authenticator* authenticator) {
+  std::vector<std::string> revoked;
   if (authenticator->mode() != AuthMode::kToken) {
     spdlog::info("SIGHUP: no --auth-token-file to reload");
-    return;
+    return revoked;
   }
-  if (Status s = authenticator->Reload(); !s.ok()) {
+  if (Status s = authenticator->Reload(&revoked); !s.ok()) {
     spdlog::error("SIGHUP: token file not reloaded, the previous tokens stay: {}", s.ToString());
-    return;
+    return {};
   }
-  spdlog::info("SIGHUP: token file reloaded ({} tokens)", authenticator->tokens());
+  spdlog::info("SIGHUP: token file reloaded ({} tokens; {} identities revoked)",
+               authenticator->tokens(), revoked.size());
+  return revoked;
 }
 
 }  // namespace attn::security

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <grpcpp/security/server_credentials.h>
 
@@ -30,7 +32,8 @@ struct ServerSecurity {
 StatusOr<ServerSecurity> BuildServerSecurity(const ServerConfig& config);
 
 /// SIGHUP: reloads the token file (token mode); logs the outcome. On error the
-/// previous tokens stay in force.
-void ReloadTokens(Authenticator* authenticator);
+/// previous tokens stay in force. Returns the identities that lost their last token (empty on
+/// error and in other modes); the caller ends their streams and releases their sequences.
+std::vector<std::string> ReloadTokens(Authenticator* authenticator);
 
 }  // namespace attn::security

@@ -10,8 +10,7 @@
 
 namespace attn {
 
-LoadReporter::LoadReporter(const SequenceStore *sequences, int64_t max_queue_requests,
-                           int worker_threads)
+LoadReporter::LoadReporter(SequenceStore *sequences, int64_t max_queue_requests, int worker_threads)
     : sequences_(sequences),
       max_queue_requests_(max_queue_requests),
       worker_threads_(worker_threads),

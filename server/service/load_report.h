@@ -33,7 +33,7 @@ class LoadReporter {
   /// `sequences` (not owned; may be null: no KV numbers and an empty replica identity) must
   /// outlive the reporter; the replica identity (tag, --advertise-address) is its options'.
   /// `max_queue_requests` and `worker_threads` are reported as given.
-  LoadReporter(const SequenceStore *sequences, int64_t max_queue_requests, int worker_threads);
+  LoadReporter(SequenceStore *sequences, int64_t max_queue_requests, int worker_threads);
 
   /// THE queue-depth feed: calls accepted and waiting to run. Replaces the previous source.
   void SetQueueDepthSource(Source queued);
@@ -49,7 +49,7 @@ class LoadReporter {
   void FillReplica(attention::v1::ReplicaInfo *info) const;
 
  private:
-  const SequenceStore *const sequences_;
+  SequenceStore *const sequences_;  // not const: reading it sweeps expired sequences
   const int64_t max_queue_requests_;
   const int worker_threads_;
   const std::string address_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -50,9 +51,19 @@ void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *i
   info->set_replica_address(store.options().replica_address);
 }
 
+/// The code the client saw of a call the server finished with `code`: when the client had
+/// cancelled, or its deadline had passed, before the answer, it saw CANCELLED or
+/// DEADLINE_EXCEEDED whatever the server computed (attn_requests_total counts that).
+StatusCode SeenByClient(grpc::CallbackServerContext *context, StatusCode code) {
+  if (!context->IsCancelled()) return code;
+  return std::chrono::system_clock::now() >= context->deadline() ? StatusCode::kDeadlineExceeded
+                                                                 : StatusCode::kCancelled;
+}
+
 }  // namespace
 
-void FillKvCacheInfo(const SequenceStore &store, pb::KvCacheInfo *info) {
+void FillKvCacheInfo(SequenceStore &store, pb::KvCacheInfo *info) {
+  store.SweepExpired();
   const PagePool *pool = store.pool();
   info->set_page_tokens(pool->page_tokens());
   info->set_pool_bytes(static_cast<int64_t>(pool->pool_bytes()));
@@ -136,8 +147,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
       s = fn();
     }
     if (!s.ok()) spdlog::debug("SequenceService call failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(method, s.code(), start);
+    Observe(method, seen, start);
     CallDone();
   };
   if (run_here_when_full) {
@@ -183,10 +195,11 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
   // Continuous batching: the step waits in the step batcher with steps of other calls.
   auto *reactor = new CancellableUnaryReactor([this] { steps_->Notify(); });
   CallStarted();
-  auto finish = [this, reactor, start = Clock::now()](const Status &s) {
+  auto finish = [this, context, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("Extend failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(metrics::Method::kExtend, s.code(), start);
+    Observe(metrics::Method::kExtend, seen, start);
     CallDone();
   };
   auto args = ValidateExtend(*request);
@@ -221,10 +234,11 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
     bool any_result = false;  // some entry ran or failed validation
     Status dropped;
   };
-  auto finish = [this, reactor, start = Clock::now()](const Status &s) {
+  auto finish = [this, context, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("ExtendBatch failed: {}", s.ToString());
+    const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
     reactor->Finish(ToGrpc(s));
-    Observe(metrics::Method::kExtendBatch, s.code(), start);
+    Observe(metrics::Method::kExtendBatch, seen, start);
     CallDone();
   };
   if (Status v = ValidateExtendBatch(*request); !v.ok()) {
@@ -234,7 +248,9 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
   auto set_error = [](pb::ExtendResult *result, const Status &s) {
     result->clear_response();
     result->set_code(static_cast<int32_t>(s.code()));
-    result->set_message(s.message());
+    // A protobuf string must be valid UTF-8, or the client cannot parse the whole response
+    // (and loses the results of the steps that were applied).
+    result->set_message(Utf8SafeEcho(s.message(), std::numeric_limits<size_t>::max()));
   };
   for (int i = 0; i < request->steps_size(); ++i) response->add_results();
   auto pending = std::make_shared<Pending>();
@@ -347,145 +363,6 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerC
     FillInfo(*store_, *seq->seq, response->mutable_sequence());
     return Status::Ok();
   });
-}
-
-// One stream: read a request, run its step in the step batcher, write its result, read the
-// next. State under mu_: reading_ (a read is outstanding), finished_ (Finish was called; it is
-// called exactly once), ending_ (EndStreams: finish instead of reading the next message).
-class SequenceServiceImpl::StreamReactor
-    : public grpc::ServerBidiReactor<pb::ExtendRequest, pb::ExtendResult> {
- public:
-  StreamReactor(SequenceServiceImpl *service, grpc::CallbackServerContext *context)
-      : service_(service), context_(context) {
-    service_->CallStarted();  // streams on existing sequences are served while draining
-    if (grpc::Status admitted = service_->gate_->Admit(*context, nullptr, &owner_);
-        !admitted.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      End(admitted);
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> registry(service_->streams_mu_);
-      service_->streams_.insert(this);
-      registered_ = true;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (service_->ending_streams_.load()) {
-      End(ShuttingDown());
-      return;
-    }
-    reading_ = true;
-    StartRead(&request_);
-  }
-  void OnReadDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      reading_ = false;
-      if (finished_) return;  // ended by EndStreams while the read was outstanding
-      if (!ok) {
-        End(grpc::Status::OK);  // the client closed its side
-        return;
-      }
-    }
-    result_.Clear();
-    if (grpc::Status limit = service_->gate_->CheckRequest(request_); !limit.ok()) {
-      SetResult(Status(static_cast<StatusCode>(limit.error_code()), limit.error_message()));
-      StartWrite(&result_);
-      return;
-    }
-    // Continuous batching: the step joins steps of other streams and calls.
-    auto args = ValidateExtend(request_);
-    if (!args.ok()) {
-      SetResult(args.status());
-      StartWrite(&result_);
-      return;
-    }
-    std::vector<StepRequest> steps(1);
-    steps[0].context = context_;
-    steps[0].owner = owner_;
-    steps[0].args = std::move(*args);
-    steps[0].response = result_.mutable_response();
-    steps[0].done = [this](const Status &s, bool) {
-      SetResult(s);
-      StartWrite(&result_);
-    };
-    if (Status s = service_->steps_->Enqueue(&steps); !s.ok()) {
-      SetResult(s);
-      StartWrite(&result_);
-    }
-  }
-  void OnCancel() override { service_->steps_->Notify(); }
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!ok) {
-      End(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
-      return;
-    }
-    if (ending_) {
-      End(ShuttingDown());
-      return;
-    }
-    reading_ = true;
-    StartRead(&request_);
-  }
-  void OnDone() override {
-    if (registered_) {
-      std::lock_guard<std::mutex> registry(service_->streams_mu_);
-      service_->streams_.erase(this);
-    }
-    service_->CallDone();
-    delete this;
-  }
-  /// EndStreams: finish now when waiting for a message, else after the current step's write.
-  /// Called with the service's streams_mu_ held (so this reactor outlives the call).
-  void EndForShutdown() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ending_ = true;
-    if (reading_) End(ShuttingDown());  // the outstanding read completes with ok=false
-  }
-
- private:
-  static grpc::Status ShuttingDown() {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "server is shutting down: this stream is closed; the sequences of this "
-                        "replica go with it (open them on another replica)");
-  }
-  /// Finishes the stream once and counts it (one ExtendStream observation per stream). Called
-  /// with mu_ held.
-  void End(const grpc::Status &st) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(st);
-    service_->Observe(metrics::Method::kExtendStream, static_cast<StatusCode>(st.error_code()),
-                      start_);
-  }
-  void SetResult(const Status &s) {
-    if (s.ok()) return;
-    result_.clear_response();
-    result_.set_code(static_cast<int32_t>(s.code()));
-    result_.set_message(s.message());
-  }
-
-  SequenceServiceImpl *service_;
-  grpc::CallbackServerContext *const context_;
-  const Clock::time_point start_ = Clock::now();
-  std::string owner_;  // set once in the constructor
-  pb::ExtendRequest request_;
-  pb::ExtendResult result_;
-  std::mutex mu_;
-  bool reading_ = false, finished_ = false, ending_ = false;
-  bool registered_ = false;  // in service_->streams_ (set in the constructor only)
-};
-
-void SequenceServiceImpl::EndStreams() {
-  std::lock_guard<std::mutex> registry(streams_mu_);
-  ending_streams_.store(true);
-  for (StreamReactor *stream : streams_) stream->EndForShutdown();
-}
-
-grpc::ServerBidiReactor<pb::ExtendRequest, pb::ExtendResult> *SequenceServiceImpl::ExtendStream(
-    grpc::CallbackServerContext *context) {
-  return new StreamReactor(this, context);
 }
 
 }  // namespace attn

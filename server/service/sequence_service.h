@@ -9,7 +9,8 @@
 // in lock order); calls on different sequences run in parallel on the workers.
 // The caller's identity is the request metadata "x-attn-identity" (absent:
 // anonymous ""). ExtendStream handles one request at a time per stream, in
-// order, one ExtendResult each. Compute runs on the CPU path
+// order, one ExtendResult each (a message that does not parse gets an INVALID_ARGUMENT result
+// and the stream goes on; sequence_stream.cc). Compute runs on the CPU path
 // (CpuPagedAttention) in every build for now; the GPU paged kernels plug in
 // through PagedAttentionBackend. While draining, new sequences (CreateSequence,
 // ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served.
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "attention/v1/sequence.grpc.pb.h"
 #include "batching/step_batcher.h"
@@ -36,7 +38,18 @@
 
 namespace attn {
 
-class SequenceServiceImpl final : public attention::v1::SequenceService::CallbackService {
+namespace internal {
+using sv = attention::v1::SequenceService;
+/// The callback service with ExtendStream raw (ByteBuffer in and out): the stream reactor
+/// parses and serialises its messages itself (sequence_stream.cc). The other methods are typed.
+using SequenceServiceBase = sv::WithCallbackMethod_CreateSequence<
+    sv::WithCallbackMethod_Extend<sv::WithCallbackMethod_ExtendBatch<
+        sv::WithRawCallbackMethod_ExtendStream<sv::WithCallbackMethod_TruncateSequence<
+            sv::WithCallbackMethod_ForkSequence<sv::WithCallbackMethod_ReleaseSequence<
+                sv::WithCallbackMethod_GetSequence<sv::Service>>>>>>>>;
+}  // namespace internal
+
+class SequenceServiceImpl final : public internal::SequenceServiceBase {
  public:
   /// `store`, `backend` and `workers` are not owned and must outlive the
   /// service.
@@ -54,7 +67,9 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   grpc::ServerUnaryReactor *ExtendBatch(grpc::CallbackServerContext *context,
                                         const attention::v1::ExtendBatchRequest *request,
                                         attention::v1::ExtendBatchResponse *response) override;
-  grpc::ServerBidiReactor<attention::v1::ExtendRequest, attention::v1::ExtendResult> *ExtendStream(
+  /// Raw: each message is parsed by the stream reactor (a message that fails to parse is
+  /// answered with an INVALID_ARGUMENT ExtendResult, and the stream goes on).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *ExtendStream(
       grpc::CallbackServerContext *context) override;
   grpc::ServerUnaryReactor *TruncateSequence(
       grpc::CallbackServerContext *context, const attention::v1::TruncateSequenceRequest *request,
@@ -86,6 +101,12 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   /// UNAVAILABLE ("server is shutting down"), and any stream opened later too. Without this an
   /// idle open stream held the drain until --drain-timeout-s (exit code 3).
   void EndStreams();
+  /// For identities that lost their last token (SIGHUP reload): ends each one's open
+  /// ExtendStreams with UNAUTHENTICATED (one waiting for its next message at once, one with a
+  /// step in progress right after that step's result is written) and releases every sequence
+  /// it holds (SequenceStore::ReleaseOwner; a later call on one gets NOT_FOUND "revoked"),
+  /// logging a warning per identity. Returns the sequences released.
+  int64_t RevokeIdentities(const std::vector<std::string> &identities);
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
@@ -128,7 +149,8 @@ class SequenceServiceImpl final : public attention::v1::SequenceService::Callbac
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 
-/// Fills GetServerInfoResponse.kv_cache from the store and its page pool.
-void FillKvCacheInfo(const SequenceStore &store, attention::v1::KvCacheInfo *info);
+/// Fills GetServerInfoResponse.kv_cache from the store and its page pool, after sweeping
+/// expired sequences (they are never counted).
+void FillKvCacheInfo(SequenceStore &store, attention::v1::KvCacheInfo *info);
 
 }  // namespace attn

@@ -1,5 +1,6 @@
 #include "validation/sequence_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -50,12 +51,68 @@ Status DecodeTensor(const pb::Tensor &t, const char *field, DType *dtype,
   return Status::Ok();
 }
 
+/// Length of the valid UTF-8 character at s[i] (1..4), or 0 when the bytes there are not one
+/// (stray continuation byte, overlong form, surrogate, above U+10FFFF, or cut short).
+size_t Utf8CharLength(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlong forms
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // at most U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+/// How a sequence id is quoted in error messages (at most this many bytes of it).
+constexpr size_t kIdEchoBytes = 64;
+
 }  // namespace
+
+std::string Utf8SafeEcho(std::string_view s, size_t max_bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(s.size(), max_bytes));
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8CharLength(s, i);
+    const size_t add = n == 0 ? 4 : n;
+    if (out.size() + add > max_bytes) {
+      out += "... (" + std::to_string(s.size()) + " bytes)";
+      return out;
+    }
+    if (n == 0) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      i += 1;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
 
 Status ValidateSequenceId(const std::string &id) {
   if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return InvalidArgument("sequence_id: expected 32 lowercase hex digits, got \"" +
-                           id.substr(0, 64) + "\"");
+                           Utf8SafeEcho(id, kIdEchoBytes) + "\"");
   }
   return Status::Ok();
 }
@@ -159,7 +216,8 @@ Status ValidateExtendBatch(const pb::ExtendBatchRequest &r) {
                              std::to_string(step.layer()));
     }
     if (!ids.insert(step.sequence_id()).second) {
-      return InvalidArgument("steps: sequence " + step.sequence_id() + " appears twice");
+      return InvalidArgument("steps: sequence \"" + Utf8SafeEcho(step.sequence_id(), kIdEchoBytes) +
+                             "\" appears twice");
     }
   }
   return Status::Ok();

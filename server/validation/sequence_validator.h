@@ -5,7 +5,9 @@
 // Pure functions of the request; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
@@ -22,7 +24,16 @@ constexpr int64_t kMaxReserveTokens = int64_t{1} << 24;
 /// Largest extent of one Extend tensor dimension (T, N or K, H).
 constexpr int64_t kMaxExtendExtent = int64_t{1} << 24;
 
-/// A sequence id as the server issues it: 32 lowercase hex digits; else INVALID_ARGUMENT.
+/// `s` made safe to put in a protobuf string field (which must be valid UTF-8, or the client
+/// cannot parse the message and loses the whole response): every byte that is not part of a
+/// valid UTF-8 character becomes the four characters "\xNN"; when the result would exceed
+/// `max_bytes` it is cut at a character boundary and "... (N bytes)" is appended, N being
+/// s.size(). The result is always valid UTF-8. (Local to the sequence id echo and the sequence
+/// service's result messages; issue 16 item 2.)
+std::string Utf8SafeEcho(std::string_view s, size_t max_bytes);
+
+/// A sequence id as the server issues it: 32 lowercase hex digits; else INVALID_ARGUMENT whose
+/// message quotes at most the first 64 bytes of the id (Utf8SafeEcho).
 Status ValidateSequenceId(const std::string& id);
 
 /// CreateSequenceRequest → the sequence's configuration (scale resolved to 1/sqrt(H) when

@@ -1,14 +1,18 @@
 // RunExtendSteps (server/kv_cache/extend_batch.h): many sequence steps in one batch give each
 // step bitwise the output, status and stored state that ExtendStep gives it alone; compatible
-// steps share one AttendBatch launch; a failed launch rolls every step of it back.
+// steps share one AttendBatch launch; a failed launch rolls every step of it back; a step that
+// stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12).
 #include "kv_cache/extend_batch.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv_cache/cpu_paged_attention.h"
@@ -227,6 +231,49 @@ TEST(ExtendBatch, FailedLaunchRollsBackEveryStepOfIt) {
     EXPECT_EQ(be[i].launch_size, 3);
     EXPECT_EQ(be[i].launch_tokens, 15);
   }
+}
+
+// A step that waits for its sequence's lock (held here, as another batch thread's step would
+// hold it) and is cancelled meanwhile is dropped once it gets the lock: nothing applied, no page
+// taken, `dropped` set. Before the fix it was applied after the wait (issue 16 item 12).
+TEST(ExtendBatch, StepCancelledWhileWaitingForItsSequenceIsNotApplied) {
+  std::mt19937 rng(9);
+  World w;
+  CountingPaged compute;
+  const std::string id = w.Create(4, 0.25f);
+  const int64_t pages_before = w.UsedPages();
+  Step step = MakeStep(0, 0, 0, 3, 4, &rng);
+  ExtendArgs args = step.Args(id);
+  std::string o;
+  ExtendOutcome out;
+  const std::string owner;
+  std::atomic<bool> cancelled{false};
+  BatchedExtend be;
+  be.args = &args;
+  be.owner = &owner;
+  be.o = &o;
+  be.outcome = &out;
+  be.still_wanted = [&cancelled]() {
+    return cancelled.load() ? Status(StatusCode::kCancelled, "cancelled") : Status::Ok();
+  };
+  auto held = w.store->Acquire(id, owner);  // the earlier step of another batch
+  ASSERT_TRUE(held.ok());
+  std::thread batch([&] { RunExtendSteps(w.store.get(), &compute, &be, 1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it block on the lock
+  cancelled.store(true);
+  held->lock.unlock();
+  batch.join();
+  EXPECT_EQ(be.status.code(), StatusCode::kCancelled) << be.status.ToString();
+  EXPECT_TRUE(be.dropped);
+  EXPECT_TRUE(compute.launches.empty());
+  EXPECT_EQ(held->seq->layers[0].table.length(), 0);
+  EXPECT_EQ(w.UsedPages(), pages_before);
+  // Still wanted: the same step runs.
+  cancelled.store(false);
+  RunExtendSteps(w.store.get(), &compute, &be, 1);
+  EXPECT_TRUE(be.status.ok()) << be.status.ToString();
+  EXPECT_FALSE(be.dropped);
+  EXPECT_EQ(out.length, 3);
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // Unit tests of server/security/: the token file parser and its constant-time lookup, bearer
 // header parsing, per-identity accounting (IdentityQuota) on its own and inside the
 // SequenceStore (forks count shared pages once; release, truncation, copy-on-write and
-// eviction keep it exact and bring it back to 0), and the tensor element count.
+// eviction keep it exact and bring it back to 0), the identities a token reload revokes, and the
+// tensor element count.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -77,6 +80,24 @@ TEST(Authenticator, BearerHeaderParsing) {
   EXPECT_EQ(BearerToken("Basic abc"), "");
   EXPECT_EQ(BearerToken("Bearer"), "");
   EXPECT_EQ(BearerToken("abc"), "");
+}
+
+// A reload reports the identities left without any token (issue 16 item 10): bob rotated his
+// token (not revoked), alice lost hers; a failed reload revokes nothing.
+TEST(Authenticator, ReloadListsTheIdentitiesThatLostTheirLastToken) {
+  const std::string path = ::testing::TempDir() + "/attn_reload_tokens";
+  std::ofstream(path) << "alice " << kTokA << "\nbob " << kTokB << "\n";
+  auto auth = Authenticator::Create(path, false);
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  std::ofstream(path) << "bob cccccccccccccccc-token-C\n";
+  std::vector<std::string> revoked;
+  ASSERT_TRUE((*auth)->Reload(&revoked).ok());
+  EXPECT_EQ(revoked, std::vector<std::string>{"alice"});
+  std::ofstream(path) << "not a token file\n";
+  revoked = {"x"};
+  EXPECT_FALSE((*auth)->Reload(&revoked).ok());
+  EXPECT_EQ(revoked, std::vector<std::string>{"x"});  // untouched on error
+  std::remove(path.c_str());
 }
 
 TEST(IdentityQuota, LimitsRefuseWithTheNumbersAndChangeNothing) {
@@ -228,9 +249,12 @@ TEST(SequenceStoreQuota, EvictionAndExpiryCreditTheVictimsIdentity) {
   StoreFixture f(o, 16 << 10);
   SubPool* sub = *f.pool.GetClass({1, 8, DType::kFloat32});
   const int64_t total = f.pool.AvailablePages(sub);  // every page the cache can hold
-  const std::string a = f.Create("alice", 16);
+  // Alice holds more than her fair share (half the cache with two identities), so another
+  // identity's allocation may evict her idle sequence (issue 16 item 9).
+  const int64_t alice_pages = total / 2 + 1;
+  const std::string a = f.Create("alice", alice_pages * 4);
   ASSERT_FALSE(a.empty());
-  EXPECT_EQ(f.Pages("alice"), 4);
+  EXPECT_EQ(f.Pages("alice"), alice_pages);
   // Bob asks for every page the cache can hold: only evicting alice makes room.
   f.now_us += 1000;
   const std::string b = f.Create("bob", total * 4);

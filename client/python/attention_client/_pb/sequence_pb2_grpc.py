@@ -108,7 +108,10 @@ class SequenceServiceServicer(object):
 
     def ExtendStream(self, request_iterator, context):
         """Decode loops: each request message gets exactly one ExtendResult, in order. A failing
-        step is reported in its result and the stream continues.
+        step is reported in its result and the stream continues; so is a message that does not
+        parse as an ExtendRequest (INVALID_ARGUMENT, nothing of it applied). The stream ends OK
+        when the client closes its side, CANCELLED when it cancels, UNAUTHENTICATED when its
+        identity's token is revoked, UNAVAILABLE at shutdown.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
