@@ -29,7 +29,7 @@ uint64_t Up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 /// Workspace layout of one run (offsets from the workspace base).
 struct Layout_ {
   uint64_t cudnn = 0, seq_q = 0, seq_kv = 0, ragged_q = 0, ragged_kv = 0, stats = 0;
-  uint64_t q8 = 0, k8 = 0, v8 = 0, o8 = 0, scalars = 0, total = 0;
+  uint64_t q8 = 0, k8 = 0, v8 = 0, o8 = 0, scalars = 0, flags = 0, total = 0;
 };
 
 // FP8 scalars (floats) in the workspace.
@@ -69,6 +69,8 @@ Layout_ MakeLayout(const CudnnPlan& p) {
     l.o8 = place(q);
     l.scalars = place(4 * kNumScalars);
   }
+  // fp16/bf16 graph: per-(batch entry, kv head) non-finite-V flags (cudnn_masked_values.cu).
+  if (s.kind == CudnnGraphKind::kSdpa) l.flags = place(4 * p.shape.batch * p.shape.num_kv_heads);
   l.total = at;
   return l;
 }
@@ -281,6 +283,11 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
       pack[cudnn_detail::kUidRaggedV] = rkv;
     }
   }
+  // Non-finite V at masked keys (DESIGN.md §4): flag the (entry, kv head) units whose V is not
+  // finite before the graph, repair their rows after it (cudnn_masked_values.cu).
+  const bool guard = spec.kind == CudnnGraphKind::kSdpa;
+  auto* flags = reinterpret_cast<int32_t*>(ws + l.flags);
+  if (guard) ATTN_RETURN_IF_ERROR(cudnn_detail::LaunchFlagNonFiniteV(s, dev, flags, stream));
   float* stats = nullptr;
   if (spec.stats) {
     stats = lengths || fp8 ? reinterpret_cast<float*>(ws + l.stats) : dev.lse;
@@ -346,6 +353,7 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
                                                 cudaMemcpyDeviceToDevice, stream),
                                 "lse copy"));
   }
+  if (guard) ATTN_RETURN_IF_ERROR(cudnn_detail::LaunchRepairFlaggedRows(s, dev, flags, stream));
   return Status::Ok();
 }
 

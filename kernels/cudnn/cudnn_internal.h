@@ -72,4 +72,22 @@ Status LaunchPrep(const AttentionShape& shape, const AttentionTensors& dev, int6
 Status LaunchFixup(const AttentionShape& shape, const AttentionTensors& dev, DType o_dtype,
                    const float* stats, int64_t graph_q_len, cudaStream_t stream);
 
+/// Guard of the fp16/bf16 graph against non-finite V at masked keys (cudnn_masked_values.cu;
+/// cuDNN's P·V multiplies masked zeros by V, and 0 · NaN = NaN). Shapes/layouts of
+/// attention_problem.h; `shape` fp16/bf16, head dim % 8 == 0 and <= 256, varlen with q_offsets
+/// and kv_offsets. INVALID_ARGUMENT otherwise; INTERNAL naming a failed launch.
+///
+/// Zeroes `flags` (B·K int32, device workspace) and sets flags[b·K + kh] = 1 when V of batch
+/// entry b, kv head kh holds ±Inf or NaN at one of its first S_b keys. Reads V once.
+Status LaunchFlagNonFiniteV(const AttentionShape& shape, const AttentionTensors& dev,
+                            int32_t* flags, cudaStream_t stream);
+
+/// After the graph (and LaunchFixup): recomputes in fp32 every query row (all T rows of the
+/// padded layout, T_b of varlen) of each flagged unit's G query heads over the keys
+/// BandKeyRange gives it, writing o (shape.dtype) and, if shape.return_lse, lse (float32,
+/// (B, N, T) or (N, total_q)). Rows of unflagged units are not touched (their blocks exit
+/// after reading one flag).
+Status LaunchRepairFlaggedRows(const AttentionShape& shape, const AttentionTensors& dev,
+                               const int32_t* flags, cudaStream_t stream);
+
 }  // namespace attn::kernels::cudnn_detail

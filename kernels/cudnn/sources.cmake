@@ -76,7 +76,8 @@ print(os.path.join(cd, 'lib') if cd else '')
   endif()
   if(ATTN_CUDNN_FOUND)
     message(STATUS "attn: cudnn family on (frontend ${CUDNN_FRONTEND_INCLUDE_DIR}, cuDNN headers ${CUDNN_INCLUDE_DIR}, fallback library ${CUDNN_LIBRARY})")
-    list(APPEND ATTN_KERNEL_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/cudnn_prep.cu)
+    list(APPEND ATTN_KERNEL_CUDA_SOURCES ${CMAKE_CURRENT_LIST_DIR}/cudnn_prep.cu
+                                          ${CMAKE_CURRENT_LIST_DIR}/cudnn_masked_values.cu)
     list(APPEND ATTN_KERNEL_CUDA_HOST_SOURCES
       ${CMAKE_CURRENT_LIST_DIR}/cudnn_graph.cc
       ${CMAKE_CURRENT_LIST_DIR}/cudnn_attention.cc)

@@ -114,6 +114,13 @@ class CudnnAttention {
   /// fp8 with fp16/bf16 inputs q/k/v are in shape.dtype and o in fp8.out_dtype; with E4M3
   /// inputs q/k/v are E4M3); `workspace` >= plan.workspace_bytes (256-byte aligned), owned by
   /// the caller and not shared between concurrent runs. No allocation, no synchronisation.
+  /// Non-finite values at masked keys (DESIGN.md §4): cuDNN's kernel lets a NaN/±Inf in V at a
+  /// causally or window-masked key reach rows that cannot see it (0 · NaN), so the fp16/bf16
+  /// graph (not FP8, not RunPaged) runs between a flag kernel (one read of V's first S_b keys
+  /// per entry; B·K int32 flags, one per (batch entry, kv head), in the workspace) and a repair
+  /// kernel that recomputes in fp32 every query row of a flagged (entry, kv head) over its
+  /// visible keys only, writing o and lse (rows that see a non-finite key: IEEE propagation).
+  /// With finite V the extra cost is the read of V and a launch whose blocks exit at once.
   /// Errors: INVALID_ARGUMENT (missing pointers, workspace too small); INTERNAL naming the
   /// failing cuDNN / CUDA call.
   Status Run(const CudnnPlan& plan, const AttentionTensors& device_tensors,
