@@ -72,6 +72,15 @@ ATTN_HD KeyRange BandKeyRange(const MaskSpec& m, int64_t i, int64_t q_len, int64
   return {lo, hi};
 }
 
+/// The same band with every window that keeps all keys of a (max_q_len, max_kv_len) problem
+/// spelled as unbounded (-1). A window w >= max_q_len + max_kv_len never drops a key (a row's
+/// diagonal d(i) lies in [-(T_b - 1), S_b - 1] and keys in [0, S_b - 1], so |j - d(i)| <= T_b +
+/// S_b - 2), whatever the entry's own lengths; after this every window is < T + S, so it fits
+/// the int32 band bounds that libraries such as cuDNN take. Exact: BandKeyRange gives the same
+/// keys before and after for every row of every entry. Windows < 0 stay unbounded; extents
+/// must be >= 0. Called once per request by the Attend validator, before any backend.
+MaskSpec NormalizeMask(const MaskSpec& m, int64_t max_q_len, int64_t max_kv_len);
+
 /// Padded (B, T, N, H) tensors or packed varlen (total, N, H) tensors.
 enum class Layout : int { kPadded = 0, kVarlen = 1 };
 
