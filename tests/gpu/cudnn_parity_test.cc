@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -262,6 +263,35 @@ TEST_F(CudnnGpu, ExplicitShapes) {
     cases.push_back(MakeCase(w, InputKind::kNormal, ++seed, true));
   }
   ExpectParity("explicit", RunGrid(CudnnRunner(), cases));
+}
+
+// Windows of 2^31, 2^32, 2^40 and INT64_MAX ("unbounded"; issue 14): cuDNN's band bounds are
+// int32, so before the fix 2^32 became 0 and 2^31 negative (silently wrong results). The Attend
+// validator normalises them with NormalizeMask (exactness vs the raw int64 math:
+// tests/unit/wide_window_test.cc); here cuDNN runs what the validator hands it, both causal
+// alignments and none, T > S and T < S, and a raw wide window is refused, never narrowed.
+TEST_F(CudnnGpu, WindowsWiderThanTheProblem) {
+  std::vector<HostCase> cases;
+  uint64_t seed = 900;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [T, S] : {std::pair<int64_t, int64_t>{6, 3}, {3, 6}, {190, 260}}) {
+      for (CausalAlignment c : {CausalAlignment::kNone, CausalAlignment::kTopLeft,
+                                CausalAlignment::kBottomRight}) {
+        for (int64_t w : {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 40,
+                          std::numeric_limits<int64_t>::max()}) {
+          AttentionShape raw = Shape(dt, 1, T, S, 2, 2, 64, c, false);
+          raw.mask.window_left = w;
+          raw.mask.window_right = c == CausalAlignment::kNone ? w : -1;
+          EXPECT_FALSE(Cudnn(nullptr)->Supports(raw, false).ok()) << "raw window " << w;
+          AttentionShape s = raw;
+          s.mask = kernels::NormalizeMask(raw.mask, T, S);
+          EXPECT_EQ(s.mask.window_left, -1);
+          cases.push_back(MakeCase(s, InputKind::kNormal, ++seed, false));
+        }
+      }
+    }
+  }
+  ExpectParity("wide_windows", RunGrid(CudnnRunner(), cases));
 }
 
 // Requests of different lengths inside warmed buckets build no graph on the request path.
