@@ -1,7 +1,7 @@
 // libcudnn.so.9 search and choice (cudnn_library.h). Pure host code: dlopen/glob only.
 #include "attn/kernels/cudnn_library.h"
 
-#include <dlfcn.h>
+#include <dlfcn.h>  // dlmopen, LM_ID_NEWLM: _GNU_SOURCE (g++ defines it)
 #include <glob.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -122,9 +122,13 @@ std::vector<CudnnCandidate> CudnnLibraryCandidates(const CudnnSearchInputs& in) 
   return out;
 }
 
-StatusOr<CudnnOpened> DlopenCudnn(const std::string& path) {
+namespace {
+
+// dlopen (base namespace) or dlmopen (a fresh namespace) `path` and read cudnnGetVersion().
+StatusOr<CudnnOpened> OpenIn(const std::string& path, bool fresh_namespace) {
   dlerror();
-  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  void* h = fresh_namespace ? ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL)
+                            : ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (h == nullptr) {
     const char* err = dlerror();
     return FailedPrecondition(err != nullptr ? std::string(err) : path + ": dlopen failed");
@@ -146,27 +150,55 @@ StatusOr<CudnnOpened> DlopenCudnn(const std::string& path) {
   return o;
 }
 
+}  // namespace
+
+StatusOr<CudnnOpened> ProbeCudnn(const std::string& path) {
+  auto o = OpenIn(path, /*fresh_namespace=*/true);
+  if (o.ok()) {
+    ::dlclose(o->handle);
+    o->handle = nullptr;
+  }
+  return o;
+}
+
+StatusOr<CudnnOpened> DlopenCudnn(const std::string& path) {
+  return OpenIn(path, /*fresh_namespace=*/false);
+}
+
 void DlcloseCudnn(void* handle) {
   if (handle != nullptr) ::dlclose(handle);
 }
 
 StatusOr<CudnnOpened> OpenCudnnLibrary(const std::vector<CudnnCandidate>& candidates,
-                                       int64_t build_version, const CudnnOpenFn& open,
-                                       const CudnnCloseFn& close) {
+                                       int64_t build_version, const CudnnOpenFn& probe,
+                                       const CudnnOpenFn& open, const CudnnCloseFn& close) {
   std::string tried;
+  // At most kMaxProbes candidates: each probe may keep a link-map namespace (glibc has 16).
+  constexpr size_t kMaxProbes = 12;
+  size_t probes = 0;
   for (const CudnnCandidate& c : candidates) {
-    auto o = open(c.path);
     std::string why;
-    if (!o.ok()) {
-      why = o.status().message();
+    if (++probes > kMaxProbes) {
+      why = "not tried (more than " + std::to_string(kMaxProbes) + " candidates)";
+    } else if (auto p = probe(c.path); !p.ok()) {
+      why = p.status().message();
+    } else if (Status v = CheckCudnnVersion(build_version, p->version); !v.ok()) {
+      why = p->path + " is cuDNN " + CudnnVersionString(p->version) + ": " + v.message();
     } else {
-      Status v = CheckCudnnVersion(build_version, o->version);
-      if (v.ok()) {
+      auto o = open(c.path);
+      if (!o.ok()) {
+        why = o.status().message();
+      } else if (o->version != p->version) {
+        // Another cuDNN of the same soname was already in the process: refuse the mix.
+        close(o->handle);
+        return FailedPrecondition("loading " + c.path + " gave cuDNN " +
+                                  CudnnVersionString(o->version) + " where it is " +
+                                  CudnnVersionString(p->version) +
+                                  " (another libcudnn is already loaded in this process)");
+      } else {
         o->step = c.step;
         return o;
       }
-      close(o->handle);
-      why = o->path + " is cuDNN " + CudnnVersionString(o->version) + ": " + v.message();
     }
     tried += (tried.empty() ? "" : "; ") + std::string("[") + c.step + "] " + c.path + ": " + why;
   }

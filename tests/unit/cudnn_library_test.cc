@@ -157,22 +157,68 @@ TEST(CudnnLibraryOpen, NoneUsableListsEveryAttemptAndTheRule) {
   EXPECT_FALSE(OpenCudnnLibrary({}, 91901).ok());
 }
 
-TEST(CudnnLibraryOpen, ClosesRejectedHandles) {
-  std::vector<void*> closed;
-  int opened = 0;
-  auto open = [&](const std::string& p) -> StatusOr<CudnnOpened> {
+// Only the chosen candidate is loaded for use; rejected ones are only probed.
+TEST(CudnnLibraryOpen, LoadsOnlyTheChosenOne) {
+  std::vector<std::string> probed, opened;
+  auto probe = [&](const std::string& p) -> StatusOr<CudnnOpened> {
+    probed.push_back(p);
+    if (p == "missing") return FailedPrecondition("missing: cannot open");
     CudnnOpened o;
-    o.handle = reinterpret_cast<void*>(static_cast<intptr_t>(++opened));
-    o.version = p == "a" ? 91800 : 91902;
+    o.version = p == "old" ? 91800 : 91902;
+    o.path = "/resolved/" + p;
+    return o;
+  };
+  auto open = [&](const std::string& p) -> StatusOr<CudnnOpened> {
+    opened.push_back(p);
+    CudnnOpened o;
+    o.handle = &opened;
+    o.version = 91902;
+    o.path = "/resolved/" + p;
+    return o;
+  };
+  auto close = [](void*) { ADD_FAILURE() << "nothing to close"; };
+  auto o = OpenCudnnLibrary({{"missing", "1"}, {"old", "2"}, {"good", "3"}, {"later", "4"}}, 91900,
+                            probe, open, close);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->path, "/resolved/good");
+  EXPECT_EQ(o->step, "3");
+  EXPECT_EQ(probed, (std::vector<std::string>{"missing", "old", "good"}));
+  EXPECT_EQ(opened, (std::vector<std::string>{"good"}));
+}
+
+// A load that gives another version than the probe (a libcudnn already in the process) is
+// refused, not used.
+TEST(CudnnLibraryOpen, RefusesALoadThatDiffersFromTheProbe) {
+  int closed = 0;
+  auto probe = [](const std::string&) -> StatusOr<CudnnOpened> {
+    CudnnOpened o;
+    o.version = 92600;
+    return o;
+  };
+  auto open = [](const std::string& p) -> StatusOr<CudnnOpened> {
+    CudnnOpened o;
+    o.handle = reinterpret_cast<void*>(intptr_t{1});
+    o.version = 91900;
     o.path = p;
     return o;
   };
-  auto close = [&](void* h) { closed.push_back(h); };
-  auto o = OpenCudnnLibrary({{"a", "1"}, {"b", "2"}}, 91900, open, close);
-  ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->path, "b");
-  ASSERT_EQ(closed.size(), 1u);
-  EXPECT_EQ(closed[0], reinterpret_cast<void*>(intptr_t{1}));
+  auto o = OpenCudnnLibrary({{"x", "1"}}, 92600, probe, open, [&](void*) { ++closed; });
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("already loaded"), std::string::npos);
+  EXPECT_EQ(closed, 1);
+}
+
+// The real probe (dlmopen) of the fake releases, then a real load: the 9.14 probe does not
+// leave anything that changes what the 9.19 load reports.
+TEST(CudnnLibraryOpen, ProbeLeavesNothingLoaded) {
+  auto p = ProbeCudnn(FAKE_CUDNN_91400);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->version, 91400);
+  EXPECT_EQ(p->handle, nullptr);
+  auto o = DlopenCudnn(FAKE_CUDNN_91900);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->version, 91900);
+  DlcloseCudnn(o->handle);
 }
 
 // NVIDIA's rule (cudnn_version.cc): same major; runtime minor >= build minor; patch ignored.

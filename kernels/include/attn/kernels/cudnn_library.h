@@ -1,8 +1,8 @@
 // Finding and opening libcudnn.so.9 at run time (the cudnn family dlopens it; DESIGN.md §11).
 //
-// Search order (CudnnLibraryCandidates), each step tried in turn; the first file that loads and
-// whose cudnnGetVersion() passes CheckCudnnVersion against the build's headers is kept, the
-// others are closed again and listed in the error if none passes:
+// Search order (CudnnLibraryCandidates), each step tried in turn; the first file whose
+// cudnnGetVersion() (probed in a separate link-map namespace) passes CheckCudnnVersion against
+// the build's headers is loaded; the others are listed in the error if none passes:
 //   1. --cudnn-library (CudnnSearchInputs::explicit_library): this one only; it wins.
 //   2. $ATTN_CUDNN_LIBRARY: this one only.
 //   3. "libcudnn.so.9" through the dynamic loader (LD_LIBRARY_PATH, RUNPATH, ld.so.cache).
@@ -64,19 +64,28 @@ struct CudnnOpened {
   std::string step;
 };
 
-/// Opens `path` (RTLD_NOW | RTLD_GLOBAL) and reads its version. FAILED_PRECONDITION with
-/// dlerror() when it does not load or has no cudnnGetVersion (the handle is closed again).
+/// ProbeCudnn: loads `path` into a fresh link-map namespace (dlmopen LM_ID_NEWLM), reads its
+/// version and file, closes it again (handle null). Probing in the process's own namespace
+/// would leave the rejected release's sub-libraries (libcudnn_graph.so.9, ...) loaded under the
+/// same sonames, and a later libcudnn.so.9 would bind to them (seen: a 9.26 shim reporting
+/// 9.19 after a 9.19 probe). DlopenCudnn: loads `path` for use (RTLD_NOW | RTLD_GLOBAL, the
+/// process's namespace) and reads its version. Both: FAILED_PRECONDITION with dlerror() when it
+/// does not load or has no cudnnGetVersion.
 using CudnnOpenFn = std::function<StatusOr<CudnnOpened>(const std::string& path)>;
 using CudnnCloseFn = std::function<void(void* handle)>;
+StatusOr<CudnnOpened> ProbeCudnn(const std::string& path);
 StatusOr<CudnnOpened> DlopenCudnn(const std::string& path);
 void DlcloseCudnn(void* handle);
 
-/// Tries `candidates` in order with `open`; keeps the first whose version passes
-/// CheckCudnnVersion(build_version, version) and closes the rejected ones. No candidates, or
-/// none usable: FAILED_PRECONDITION listing every attempt (path, step, dlerror or the
-/// version rule it broke) and how to point the server at a library (--cudnn-library).
+/// Probes `candidates` in order (at most 12; the rest are listed as not tried) and loads with
+/// `open` the first whose version passes CheckCudnnVersion(build_version, version); nothing
+/// else is ever loaded into the process's namespace. None usable: FAILED_PRECONDITION listing
+/// every attempt (step, path, dlerror or the version rule it broke) and how to name a library
+/// (--cudnn-library). FAILED_PRECONDITION too when the loaded version differs from the probed
+/// one (another libcudnn already in the process).
 StatusOr<CudnnOpened> OpenCudnnLibrary(const std::vector<CudnnCandidate>& candidates,
-                                       int64_t build_version, const CudnnOpenFn& open = DlopenCudnn,
+                                       int64_t build_version, const CudnnOpenFn& probe = ProbeCudnn,
+                                       const CudnnOpenFn& open = DlopenCudnn,
                                        const CudnnCloseFn& close = DlcloseCudnn);
 
 }  // namespace attn::kernels
