@@ -290,11 +290,14 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     }
     s.mask.window_right = m.window_right();
   }
-  // A window at least T + S wide keeps every key: it becomes unbounded here, the one place
-  // before any backend, so no window reaches a kernel or library wider than the problem (the
-  // mask arithmetic, diagonal ± window, cannot overflow: found by tests/fuzz; cuDNN's band
-  // bounds are int32: 2^32 narrowed to 0 and 2^31 to a negative bound, issue 14).
-  s.mask = kernels::NormalizeMask(s.mask, s.max_q_len, s.max_kv_len);
+  // A window of 2 * max_tokens or more (>= T + S of every request this validator accepts)
+  // keeps every key: it becomes unbounded here, the one place before any backend, so no
+  // window reaches a kernel or library wider than any problem (the mask arithmetic, diagonal
+  // ± window, cannot overflow: found by tests/fuzz; cuDNN's band bounds are int32: 2^32
+  // narrowed to 0 and 2^31 to a negative bound, issue 14). The bound is the limit's, not this
+  // request's T + S, so requests with the same window keep one batching signature whatever
+  // their lengths (attend_coalescer.h); with the default 2^24 every remaining window < 2^25.
+  s.mask = kernels::NormalizeMask(s.mask, limits.max_tokens, limits.max_tokens);
   if (r.has_scale()) {
     if (!(std::isfinite(r.scale()) && r.scale() > 0.f)) {
       return InvalidArgument("scale: expected finite and > 0, got " + std::to_string(r.scale()));

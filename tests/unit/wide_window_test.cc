@@ -1,11 +1,13 @@
 // Windows wider than the problem (issue 14 item 5): window_left/right of 2^31, 2^32, 2^40 and
-// INT64_MAX mean "unbounded". The Attend validator turns every window >= T + S into -1
-// (kernels::NormalizeMask) before any backend, so no library narrows it to int32 (cuDNN's band
-// bounds took 2^32 as 0 and 2^31 as negative). Each case runs the validated problem on the cpu
-// backend and compares it with a float64 reference that applies the request's raw int64
-// windows (no clamping), for no causal mask and both causal alignments, T > S and T < S.
+// INT64_MAX mean "unbounded". The Attend validator turns every window >= 2 * max_tokens (2^25,
+// >= T + S of every accepted request) into -1 (kernels::NormalizeMask) before any backend, so no
+// library narrows it to int32 (cuDNN's band bounds took 2^32 as 0 and 2^31 as negative). Each case
+// runs the validated problem on the cpu backend and compares it with a float64 reference that
+// applies the request's raw int64 windows (no clamping), for no causal mask and both causal
+// alignments, T > S and T < S.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -100,8 +102,9 @@ void RunCase(int64_t T, int64_t S, const Case& c, int64_t w, bool both_sides) {
   auto val = ValidateAttend(r);
   ASSERT_TRUE(val.ok()) << val.status().ToString();
   const kernels::MaskSpec& m = val->shape.mask;
-  if (w >= T + S) {
-    // Wider than the problem: unbounded, so nothing wider than T + S reaches a backend.
+  if (w >= 2 * ValidationLimits{}.max_tokens) {
+    // Wider than any problem the validator accepts: unbounded, so nothing that does not fit
+    // the int32 band bounds reaches a backend.
     EXPECT_EQ(m.window_left, -1) << "w=" << w;
     EXPECT_EQ(m.window_right, -1) << "w=" << w;
   } else {
@@ -115,6 +118,15 @@ void RunCase(int64_t T, int64_t S, const Case& c, int64_t w, bool both_sides) {
   for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::abs(o[i] - ref[i]));
   EXPECT_LT(err, 1e-5) << "T=" << T << " S=" << S << " causal=" << static_cast<int>(c.causal)
                        << " w=" << w;
+  // The tightest exact bound, the request's own T + S, gives the same keys too.
+  kernels::AttentionShape tight = val->shape;
+  tight.mask = kernels::NormalizeMask({c.causal, w, both_sides ? w : -1}, T, S);
+  EXPECT_EQ(tight.mask.window_left, w >= T + S ? -1 : w);
+  std::fill(o.begin(), o.end(), -7.f);
+  ASSERT_TRUE(kernels::CpuAttention(tight, val->Tensors(o.data(), nullptr), 1).ok());
+  err = 0;
+  for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::abs(o[i] - ref[i]));
+  EXPECT_LT(err, 1e-5) << "tight: T=" << T << " S=" << S << " w=" << w;
 }
 
 const Case kCases[] = {
@@ -136,7 +148,8 @@ TEST(WideWindow, WindowsWiderThanTheProblemAreUnboundedAndExact) {
   }
 }
 
-// Around the threshold T + S the normalisation must not change which keys a row sees.
+// Windows around T + S stay as given and keep the reference's keys; NormalizeMask at the
+// request's own extents (the tightest exact bound) too.
 TEST(WideWindow, NormalisationIsExactNearTheThreshold) {
   for (const auto& [T, S] : {std::pair<int64_t, int64_t>{6, 3}, {3, 6}, {5, 5}}) {
     for (const Case& c : kCases) {
@@ -144,6 +157,27 @@ TEST(WideWindow, NormalisationIsExactNearTheThreshold) {
         RunCase(T, S, c, w, c.causal == CausalAlignment::kNone);
       }
     }
+  }
+}
+
+// Requests with the same window keep one batching signature whatever their lengths (the bound
+// is the validator's limit, not the request's T + S).
+TEST(WideWindow, TheBoundDoesNotDependOnTheRequest) {
+  EXPECT_EQ(ValidationLimits{}.max_tokens, int64_t{1} << 24);
+  for (int64_t w : {int64_t{3}, (int64_t{1} << 25) - 1, int64_t{1} << 25, int64_t{1} << 31}) {
+    std::vector<int64_t> seen;
+    for (const auto& [T, S] : {std::pair<int64_t, int64_t>{1, 2}, {6, 3}, {40, 70}}) {
+      AttendRequest r;
+      SetTensor(r.mutable_q(), Values(T * kN * kH, 1), T);
+      SetTensor(r.mutable_k(), Values(S * kN * kH, 2), S);
+      SetTensor(r.mutable_v(), Values(S * kN * kH, 3), S);
+      r.mutable_mask()->set_window_left(w);
+      auto v = ValidateAttend(r);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      seen.push_back(v->shape.mask.window_left);
+    }
+    const int64_t want = w >= (int64_t{1} << 25) ? -1 : w;
+    EXPECT_EQ(seen, (std::vector<int64_t>{want, want, want})) << "w=" << w;
   }
 }
 
