@@ -1,13 +1,17 @@
 # syntax=docker/dockerfile:1
 # attention-server image (DESIGN.md §12; deploy/README.md).
 #
-# Build stage: NVIDIA's CUDA 13 + cuDNN devel image on Ubuntu 24.04; scripts/bootstrap.sh
-# installs the same build dependencies as on a Debian 12 developer machine (CI runs it on every
-# build), CMake builds the server for L4 (sm_89) and Hopper (sm_90a), and scripts/bundle.sh
-# gathers the binaries with every shared library they link that the runtime image lacks.
-# Runtime stage: the CUDA 13 + cuDNN runtime image (CUDA runtime, cuBLAS, cuDNN), the bundle,
-# a non-root user, configuration from ATTN_* environment variables (every flag has one:
-# --kv-cache-bytes ↔ ATTN_KV_CACHE_BYTES; a flag given on the command line wins).
+# Build stage: NVIDIA's CUDA 13 devel image on Ubuntu 24.04; scripts/image_build.sh (the
+# recipe, also run on CI by tests/deploy/image_build_test.sh) installs the build dependencies
+# with scripts/bootstrap.sh --no-python --cudnn (the same as on a Debian 12 developer machine,
+# plus the cuDNN and cudnn-frontend headers pinned in scripts/cudnn_pins.txt), builds the server
+# with scripts/build.sh's default configuration (CUDA archs 89;90a: L4 and Hopper; the cudnn
+# backend compiled in, else the build fails) and gathers the binaries with every shared library
+# they link that the runtime image lacks (scripts/bundle.sh), plus the pinned libcudnn.
+# Runtime stage: the CUDA 13 runtime image (CUDA runtime, cuBLAS; no cuDNN of its own), the
+# bundle and the pinned cuDNN on the loader path, a non-root user, configuration from ATTN_*
+# environment variables (every flag has one: --kv-cache-bytes ↔ ATTN_KV_CACHE_BYTES; a flag
+# given on the command line wins). `attention-server --version` prints the compiled backends.
 # Ports: 50051 gRPC (attention.v1, TLS when configured), 8081 plaintext grpc.health.v1 only
 # (kubelet probes cannot speak mTLS), 9464 Prometheus /metrics.
 # The host needs an NVIDIA driver for CUDA 13 (R580+); the server checks it at start.
@@ -15,21 +19,19 @@
 # (scripts/deploy_checks.sh); it has not been built here.
 ARG CUDA_IMAGE_VERSION=13.0.1
 
-FROM nvidia/cuda:${CUDA_IMAGE_VERSION}-cudnn-devel-ubuntu24.04 AS build
+FROM nvidia/cuda:${CUDA_IMAGE_VERSION}-devel-ubuntu24.04 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # Dependencies first (their layer is reused while only the sources change).
-COPY scripts/bootstrap.sh scripts/bootstrap.sh
-RUN scripts/bootstrap.sh --no-python && rm -rf /var/lib/apt/lists/*
+COPY scripts/bootstrap.sh scripts/cudnn_pins.txt scripts/image_build.sh scripts/
+RUN scripts/image_build.sh bootstrap && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_TESTS=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES="89;90a" \
-    && cmake --build /build -j"$(nproc)" --target attention-server attention-loadgen \
-    && scripts/bundle.sh /build /bundle
+RUN scripts/image_build.sh build /build /bundle
 
-FROM nvidia/cuda:${CUDA_IMAGE_VERSION}-cudnn-runtime-ubuntu24.04
+FROM nvidia/cuda:${CUDA_IMAGE_VERSION}-runtime-ubuntu24.04
 COPY --from=build /bundle/bin/ /usr/local/bin/
 COPY --from=build /bundle/lib/ /usr/local/lib/attention-server/
+COPY --from=build /bundle/cudnn/ /usr/local/lib/attention-server/
 COPY client/data/ /usr/local/share/attention-server/data/
 RUN echo /usr/local/lib/attention-server > /etc/ld.so.conf.d/attention-server.conf \
     && ldconfig \

@@ -283,8 +283,8 @@ def table(records):
     if bgeo:
         lines.append(f"with the best variant per shape instead: {bgeo:.3f}, "
                      f"min {min(best_ratios_b):.3f}")
-    # cudnn family: our cudnn backend vs PyTorch's cudnn SDPA (same libcudnn when torch's env
-    # is on LD_LIBRARY_PATH), and fp8 (amax + quantisation + output conversion included) vs our
+    # cudnn family: our cudnn backend vs PyTorch's cudnn SDPA (the same libcudnn when our search,
+    # kernels/include/attn/kernels/cudnn_library.h, picks torch's env's), and fp8 (amax + quantisation + output conversion included) vs our
     # cudnn; graph build (cold start) seconds from the "graph_build" records.
     builds = {(r["shape"], r["impl"]): r["seconds"] for r in records
               if r.get("record") == "graph_build"}

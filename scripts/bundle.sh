@@ -32,7 +32,9 @@ cat > "$out/run.sh" <<'RUN'
 # Runs a bundled binary with the bundle's libraries first, then the host's CUDA libraries.
 here=$(cd "$(dirname "$0")" && pwd)
 cuda_lib=${CUDA_LIB_DIR:-/usr/local/cuda/lib64}
-export LD_LIBRARY_PATH="$here/lib:$cuda_lib${CUDNN_LIB_DIR:+:$CUDNN_LIB_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN is not bundled: the binaries search for a compatible libcudnn.so.9 themselves
+# (kernels/include/attn/kernels/cudnn_library.h; --cudnn-library names one).
+export LD_LIBRARY_PATH="$here/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exe=$1; shift
 exec "$here/bin/$exe" "$@"
 RUN

@@ -29,12 +29,9 @@ if [ -z "$tree" ]; then
   tree=$(bash "$root/scripts/check_gpu_record.sh" --print-tree 2>/dev/null | tail -n1)
 fi
 [[ "$tree" =~ ^[0-9a-f]{40}$ ]] || tree="unknown (set ATTN_KERNELS_TREE)"
-# The cuDNN the tests load at run time (libcudnn is dlopen'ed): CUDNN_LIB_DIR first (on the H200,
-# scripts/gpu_session.sh sets it to PyTorch's 9.19.0; the image's system cuDNN is older, 9.14,
-# and the cudnn backend refuses a runtime older than its build's headers).
-if [ -n "${CUDNN_LIB_DIR:-}" ]; then
-  export LD_LIBRARY_PATH="$CUDNN_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# The cuDNN the tests load at run time (libcudnn is dlopen'ed) needs no LD_LIBRARY_PATH: the
+# search of kernels/include/attn/kernels/cudnn_library.h skips the image's older system cuDNN
+# (9.14: older minor than the build's headers) and finds PyTorch's 9.19.0 in /opt/torch/.venv.
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$(date +%s)
 

@@ -38,10 +38,9 @@ if [ -f "$root/.carry/bundle.txz" ]; then  # xz through Python's tarfile: no xz 
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$root/.carry/bundle.txz" "$root/.bundle"
 fi
-# cuDNN 9.19 from PyTorch's environment (DESIGN.md §11) for the bundled binaries.
-CUDNN_LIB_DIR=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null || true)
-export CUDNN_LIB_DIR
-say "steps: $steps; cuDNN lib dir: ${CUDNN_LIB_DIR:-none}"
+# cuDNN: the binaries find PyTorch's 9.19 (/opt/torch/.venv) themselves (cudnn_library.h);
+# no LD_LIBRARY_PATH. The log line of each server says which file it loaded and why.
+say "steps: $steps"
 
 for step in $steps; do
   case $step in

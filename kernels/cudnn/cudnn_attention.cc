@@ -92,9 +92,9 @@ int64_t CudnnAttention::BuildVersion() { return CUDNN_VERSION; }
 
 StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(int device,
                                                                  const CudnnOptions& options) {
-  auto version = cudnn_detail::LoadCudnn(options.library);
-  if (!version.ok()) return version.status();
-  ATTN_RETURN_IF_ERROR(CheckCudnnVersion(BuildVersion(), *version));
+  // LoadCudnn keeps only a library that passes CheckCudnnVersion(BuildVersion(), ...).
+  auto lib = cudnn_detail::LoadCudnn(options.library);
+  if (!lib.ok()) return lib.status();
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     cudaGetLastError();
@@ -103,7 +103,9 @@ StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(int device,
   std::unique_ptr<CudnnAttention> a(new CudnnAttention());
   a->device_ = device;
   a->sm_ = prop.major * 10 + prop.minor;
-  a->runtime_version_ = *version;
+  a->runtime_version_ = lib->version;
+  a->library_path_ = lib->path;
+  a->library_step_ = lib->step;
   a->options_ = options;
   int prev = 0;
   cudaGetDevice(&prev);

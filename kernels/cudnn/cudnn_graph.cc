@@ -234,49 +234,24 @@ class GraphImpl final : public CudnnGraph {
 
 }  // namespace
 
-StatusOr<int64_t> LoadCudnn(const std::string& library) {
+StatusOr<CudnnOpened> LoadCudnn(const std::string& library) {
   static std::mutex mu;
-  static Status load_status = Status::Ok();
+  static StatusOr<CudnnOpened> loaded = FailedPrecondition("cuDNN not loaded yet");
   static bool tried = false;
   std::lock_guard<std::mutex> lock(mu);
   if (!tried) {
     tried = true;
-    // Order: the explicit library, $ATTN_CUDNN_LIBRARY, the loader path (LD_LIBRARY_PATH, then
-    // the system), then the library found at build time.
-    std::vector<std::string> names;
-    if (!library.empty()) {
-      names.push_back(library);
-    } else {
-      if (const char* env = std::getenv("ATTN_CUDNN_LIBRARY"); env != nullptr && *env) {
-        names.push_back(env);
-      }
-      names.push_back("libcudnn.so.9");
 #if defined(ATTN_CUDNN_FALLBACK_LIBRARY)
-      names.push_back(ATTN_CUDNN_FALLBACK_LIBRARY);
+    const std::string build_library = ATTN_CUDNN_FALLBACK_LIBRARY;
+#else
+    const std::string build_library;
 #endif
-    }
-    std::string errors;
-    for (const std::string& name : names) {
-      dlerror();
-      void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);
-      if (h != nullptr) {
-        cudnn_frontend::cudnn_dlhandle = h;
-        break;
-      }
-      const char* err = dlerror();
-      errors += (errors.empty() ? "" : "; ") + std::string(err ? err : name + ": dlopen failed");
-    }
-    if (cudnn_frontend::cudnn_dlhandle == nullptr) {
-      load_status = FailedPrecondition(
-          "cannot load cuDNN 9 (" + errors +
-          "); put a cuDNN 9 lib directory on LD_LIBRARY_PATH or set ATTN_CUDNN_LIBRARY");
-    }
+    // The search order and the version rule: cudnn_library.h, cudnn_version.cc.
+    loaded = OpenCudnnLibrary(
+        CudnnLibraryCandidates(DefaultCudnnSearchInputs(library, build_library)), CUDNN_VERSION);
+    if (loaded.ok()) cudnn_frontend::cudnn_dlhandle = loaded->handle;
   }
-  if (!load_status.ok()) return load_status;
-  using GetVersion = size_t (*)();
-  auto fn = reinterpret_cast<GetVersion>(dlsym(cudnn_frontend::cudnn_dlhandle, "cudnnGetVersion"));
-  if (fn == nullptr) return FailedPrecondition("libcudnn has no cudnnGetVersion symbol");
-  return static_cast<int64_t>(fn());
+  return loaded;
 }
 
 StatusOr<std::shared_ptr<CudnnGraph>> MakeCudnnGraph(const CudnnGraphSpec& spec) {

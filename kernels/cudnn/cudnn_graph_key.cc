@@ -60,7 +60,7 @@ std::vector<CudnnGraphSpec> CudnnSpecCandidates(const AttentionShape& shape, int
   base.num_kv_heads = shape.num_kv_heads;
   base.head_dim = shape.head_dim;
   // Windows of T + S keys or more are unbounded (and would not fit cuDNN's int32 bounds).
-  base.mask = ClampWindows(shape.mask, shape.max_q_len, shape.max_kv_len);
+  base.mask = NormalizeMask(shape.mask, shape.max_q_len, shape.max_kv_len);
   // Causal already bounds the right side at the diagonal; keep one spelling per mask.
   if (base.mask.causal != CausalAlignment::kNone) base.mask.window_right = -1;
   base.stats = shape.return_lse;

@@ -13,6 +13,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/cudnn_graph_key.h"
+#include "attn/kernels/cudnn_library.h"
 #include "attn/kernels/status.h"
 
 struct cudnnContext;
@@ -29,10 +30,12 @@ enum Uid : int64_t {
   kUidAmaxS, kUidAmaxO, kUidPageTableK, kUidPageTableV,
 };
 
-/// Loads libcudnn.so.9 (once per process; `library` is a dlopen name or path, empty for the
-/// default "libcudnn.so.9") and returns cudnnGetVersion(). FAILED_PRECONDITION with dlerror()
-/// when it cannot be loaded. Thread-safe.
-StatusOr<int64_t> LoadCudnn(const std::string& library);
+/// Finds and loads libcudnn.so.9 once per process (cudnn_library.h: `library` is
+/// --cudnn-library, empty for the default search) and keeps the first library whose version
+/// passes CheckCudnnVersion against CUDNN_VERSION. Returns the handle, version, file and the
+/// search step that found it; FAILED_PRECONDITION listing every attempt when none is usable
+/// (the same answer on every later call). Thread-safe.
+StatusOr<CudnnOpened> LoadCudnn(const std::string& library);
 
 /// One cuDNN graph for a CudnnGraphSpec (opaque; defined in cudnn_graph.cc).
 class CudnnGraph {

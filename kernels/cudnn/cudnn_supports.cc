@@ -64,6 +64,13 @@ Status CudnnShapeSupports(const AttentionShape& s, int sm, bool fp8) {
   if (s.max_q_len >= kInt32Max / 2 || s.max_kv_len >= kInt32Max / 2) {
     return FailedPrecondition(who + ": T or S too large");
   }
+  // cuDNN's band bounds are int32 (window_left + 1 and window_right). The Attend validator
+  // normalises windows wider than the problem to unbounded (NormalizeMask), so this only
+  // refuses a direct caller that did not: never narrow silently (issue 14).
+  if (s.mask.window_left >= kInt32Max - 1 || s.mask.window_right >= kInt32Max - 1) {
+    return FailedPrecondition(who + ": a window of 2^31 - 2 or more keys (int32 band bounds); "
+                                    "normalise it with NormalizeMask first");
+  }
   return Status::Ok();
 }
 

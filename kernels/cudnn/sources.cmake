@@ -7,18 +7,22 @@
 # Cache variables (override the Python discovery):
 #   CUDNN_FRONTEND_INCLUDE_DIR  directory holding cudnn_frontend.h
 #   CUDNN_INCLUDE_DIR           directory holding cudnn.h / cudnn_version.h
-#   CUDNN_LIBRARY               libcudnn.so.9 used as the fallback when the default lookup
-#                               (ATTN_CUDNN_LIBRARY env, then LD_LIBRARY_PATH/system) finds none
+#   CUDNN_LIBRARY               libcudnn.so.9 found at build time: step 4 of the run-time
+#                               search (kernels/include/attn/kernels/cudnn_library.h)
+# The cuDNN and frontend versions are pinned in scripts/cudnn_pins.txt (the one place;
+# scripts/bootstrap.sh installs exactly those); headers of another version are reported here.
 # Result: ATTN_CUDNN_FOUND (ON/OFF) and ATTN_CUDNN_REASON (why not), consumed by
 # attn_cudnn_configure(<target>) after the kernels library exists.
 
 # Pure host parts: every build (CPU-only too), unit-tested on CPU.
 list(APPEND ATTN_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cudnn_version.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cudnn_library.cc
   ${CMAKE_CURRENT_LIST_DIR}/cudnn_graph_key.cc
   ${CMAKE_CURRENT_LIST_DIR}/cudnn_supports.cc)
 
 set(ATTN_CUDNN_FOUND OFF)
+set(ATTN_CUDNN_HEADER_VERSION "")
 set(ATTN_CUDNN_REASON "this server was built without CUDA")
 if(ATTN_CUDA)
   find_package(Python3 COMPONENTS Interpreter QUIET)
@@ -72,6 +76,17 @@ print(os.path.join(cd, 'lib') if cd else '')
     else()
       set(ATTN_CUDNN_FOUND ON)
       set(ATTN_CUDNN_REASON "")
+      # Compare with the pin (scripts/cudnn_pins.txt: nvidia-cudnn-cu13==MAJOR.MINOR.PATCH.BUILD).
+      file(STRINGS "${CUDNN_INCLUDE_DIR}/cudnn_version.h" _attn_cudnn_ver
+           REGEX "^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) [0-9]+")
+      string(REGEX REPLACE "[^;]*CUDNN_[A-Z]+ ([0-9]+)" "\\1" _attn_cudnn_ver "${_attn_cudnn_ver}")
+      string(REPLACE ";" "." ATTN_CUDNN_HEADER_VERSION "${_attn_cudnn_ver}")
+      file(STRINGS "${PROJECT_SOURCE_DIR}/scripts/cudnn_pins.txt" _attn_pin
+           REGEX "^nvidia-cudnn-cu13==")
+      string(REGEX REPLACE "^nvidia-cudnn-cu13==([0-9]+\\.[0-9]+\\.[0-9]+).*" "\\1" _attn_pin "${_attn_pin}")
+      if(NOT _attn_pin STREQUAL ATTN_CUDNN_HEADER_VERSION)
+        message(WARNING "attn: cuDNN headers ${ATTN_CUDNN_HEADER_VERSION} in ${CUDNN_INCLUDE_DIR} differ from the pin ${_attn_pin} (scripts/cudnn_pins.txt); run scripts/bootstrap.sh or pass -DCUDNN_INCLUDE_DIR=...")
+      endif()
     endif()
   endif()
   if(ATTN_CUDNN_FOUND)
@@ -102,12 +117,13 @@ endif()
 # Visible to tests/ and bench/ (other directory scopes).
 set(ATTN_CUDNN_FOUND ${ATTN_CUDNN_FOUND} CACHE INTERNAL "cudnn family built")
 set(ATTN_CUDNN_REASON "${ATTN_CUDNN_REASON}" CACHE INTERNAL "why the cudnn family is not built")
+set(ATTN_CUDNN_HEADER_VERSION "${ATTN_CUDNN_HEADER_VERSION}" CACHE INTERNAL "cuDNN headers built against")
 
 # Called by kernels/CMakeLists.txt once the library target exists.
 function(attn_cudnn_configure target)
+  target_link_libraries(${target} PUBLIC ${CMAKE_DL_LIBS})  # cudnn_library.cc: dlopen, every build
   if(ATTN_CUDNN_FOUND)
     target_compile_definitions(${target} PUBLIC ATTN_HAVE_CUDNN=1)
-    target_link_libraries(${target} PUBLIC ${CMAKE_DL_LIBS})
   else()
     target_compile_definitions(${target} PUBLIC "ATTN_CUDNN_UNAVAILABLE_REASON=\"${ATTN_CUDNN_REASON}\"")
   endif()

@@ -51,8 +51,9 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
     auto c = kernels::CudnnAttention::Create(gpu->info().index, opt);
     if (c.ok()) {
       cudnn = std::move(*c);
-      spdlog::info("cuDNN {} loaded (built against {})",
-                   kernels::CudnnVersionString(cudnn->runtime_version()),
+      spdlog::info("cuDNN {} loaded from {} (found by: {}; built against {})",
+                   kernels::CudnnVersionString(cudnn->runtime_version()), cudnn->library_path(),
+                   cudnn->library_step(),
                    kernels::CudnnVersionString(kernels::CudnnAttention::BuildVersion()));
       auto shapes = ParseCudnnWarmup(config.cudnn_warmup);
       if (shapes.ok() && !shapes->empty()) {
@@ -78,6 +79,8 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
     auto* c = r->mutable_cudnn_cache();
     c->set_runtime_version(kernels::CudnnVersionString(cd->runtime_version()));
     c->set_build_version(kernels::CudnnVersionString(kernels::CudnnAttention::BuildVersion()));
+    c->set_library_path(cd->library_path());
+    c->set_library_source(cd->library_step());
     c->set_graphs(k.graphs);
     c->set_builds(k.builds);
     c->set_request_path_builds(k.request_path_builds);

@@ -63,7 +63,7 @@ struct ServerConfig {
   int64_t max_pages_per_identity = 0;      ///< KV pages one identity may hold (forks: once)
   int64_t max_tensor_elements = 0;         ///< elements over all tensors of one request
   // cuDNN and auto calibration (backends/cudnn_backend.h, backends/calibration.h).
-  std::string cudnn_library;           ///< dlopen name/path of libcudnn (empty: default lookup)
+  std::string cudnn_library;           ///< --cudnn-library (empty: cudnn_library.h's search)
   /// Graph buckets built at start (backends/cudnn_warmup.h format); empty: none.
   std::string cudnn_warmup = "bf16:8:8:64:bottom_right:64-4096";
   bool calibrate = false;              ///< time the backends at start; auto picks per bucket

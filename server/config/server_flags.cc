@@ -12,7 +12,9 @@ namespace attn {
 int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   CLI::App app{"attention-server: scaled-dot-product attention as a gRPC service "
                "(attention.v1). See README.md."};
-  app.set_version_flag("--version", std::string(kAttnVersion));
+  // Second line: the build (compiled backends, CUDA archs, cuDNN headers), readable without a
+  // GPU; tests/deploy/image_build_test.sh checks it.
+  app.set_version_flag("--version", std::string(kAttnVersion) + "\nbuild: " + kAttnBuild);
   app.add_option("--listen", c->listen_address,
                  "gRPC listen address host:port (port 0: any) or unix:PATH (Unix-domain socket; "
                  "a stale socket file is replaced, a live one or a non-socket file refused; "
@@ -73,8 +75,10 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--device", c->device, "CUDA device index")->capture_default_str();
   app.add_option("--cudnn-library", c->cudnn_library,
-                 "libcudnn.so.9 to load (name or path; default: $ATTN_CUDNN_LIBRARY, the loader "
-                 "path, then the library found at build time)");
+                 "libcudnn.so.9 to load, the only one tried (name or path; default: "
+                 "$ATTN_CUDNN_LIBRARY, else the first compatible of: the loader path, the "
+                 "library found at build time, every Python environment's nvidia-cudnn-cu13 "
+                 "package, system directories)");
   app.add_option("--cudnn-warmup", c->cudnn_warmup,
                  "cuDNN graph buckets built at start: 'dtype:N:K:H:mask:Tmin-Tmax' entries "
                  "separated by ';' (empty: none)")

@@ -11,10 +11,6 @@ using attention::v1::AttendRequest;
 using attention::v1::Tensor;
 using kernels::DType;
 
-// Windows above this equal no window: a row's diagonal lies within T + S of every key, and T
-// and S are bounded by max_tokens (2^24 by default) and by the message size, far below 2^40.
-constexpr int64_t kWindowUnbounded = int64_t{1} << 40;
-
 std::string ShapeString(const Tensor& t) {
   std::ostringstream s;
   s << "[";
@@ -280,9 +276,7 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
       return InvalidArgument("mask.window_left: expected >= 0, got " +
                              std::to_string(m.window_left()));
     }
-    // Any window wider than every possible extent keeps every key: store it as unbounded, so
-    // the mask arithmetic (diagonal ± window) cannot overflow (found by tests/fuzz).
-    s.mask.window_left = m.window_left() > kWindowUnbounded ? -1 : m.window_left();
+    s.mask.window_left = m.window_left();
   }
   if (m.has_window_right()) {
     if (m.window_right() < 0) {
@@ -294,8 +288,16 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
           "mask.window_right: expected unset or 0 with a causal alignment, got " +
           std::to_string(m.window_right()));
     }
-    s.mask.window_right = m.window_right() > kWindowUnbounded ? -1 : m.window_right();
+    s.mask.window_right = m.window_right();
   }
+  // A window of 2 * max_tokens or more (>= T + S of every request this validator accepts)
+  // keeps every key: it becomes unbounded here, the one place before any backend, so no
+  // window reaches a kernel or library wider than any problem (the mask arithmetic, diagonal
+  // ± window, cannot overflow: found by tests/fuzz; cuDNN's band bounds are int32: 2^32
+  // narrowed to 0 and 2^31 to a negative bound, issue 14). The bound is the limit's, not this
+  // request's T + S, so requests with the same window keep one batching signature whatever
+  // their lengths (attend_coalescer.h); with the default 2^24 every remaining window < 2^25.
+  s.mask = kernels::NormalizeMask(s.mask, limits.max_tokens, limits.max_tokens);
   if (r.has_scale()) {
     if (!(std::isfinite(r.scale()) && r.scale() > 0.f)) {
       return InvalidArgument("scale: expected finite and > 0, got " + std::to_string(r.scale()));

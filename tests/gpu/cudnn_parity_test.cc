@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -266,8 +267,9 @@ TEST_F(CudnnGpu, ExplicitShapes) {
 }
 
 // Edge cases (edge_cases.h) on the masks cuDNN takes: large magnitudes and very negative logits
-// must stay finite and within tolerance, very wide windows must not be narrowed (a window of
-// 2^32 once reached cuDNN as 0). cuDNN's rounding is its own: single-key rows are not checked
+// must stay finite and within tolerance; raw very wide windows are refused (Supports; the
+// validator normalises them first: WindowsWiderThanTheProblem), so RunSupported leaves them
+// out. cuDNN's rounding is its own: single-key rows are not checked
 // bit-exact. NaN/±Inf in K/V at causally or window-masked keys and past kv_lengths: rows that
 // cannot see them must match the reference, rows that can must be non-finite (cuDNN's own
 // kernel leaks masked NaN in V into every row; the family's flag + repair pass around the
@@ -287,6 +289,35 @@ TEST_F(CudnnGpu, EdgeCases) {
   ASSERT_FALSE(nonfinite.empty());
   ExpectParity("edge-nonfinite", RunSupported(CudnnRunner(), nonfinite, &skipped));
   std::printf("[edge-nonfinite] %d cases cuDNN does not take were left out\n", skipped);
+}
+
+// Windows of 2^31, 2^32, 2^40 and INT64_MAX ("unbounded"; issue 14): cuDNN's band bounds are
+// int32, so before the fix 2^32 became 0 and 2^31 negative (silently wrong results). The Attend
+// validator normalises them with NormalizeMask (exactness vs the raw int64 math:
+// tests/unit/wide_window_test.cc); here cuDNN runs what the validator hands it, both causal
+// alignments and none, T > S and T < S, and a raw wide window is refused, never narrowed.
+TEST_F(CudnnGpu, WindowsWiderThanTheProblem) {
+  std::vector<HostCase> cases;
+  uint64_t seed = 900;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [T, S] : {std::pair<int64_t, int64_t>{6, 3}, {3, 6}, {190, 260}}) {
+      for (CausalAlignment c : {CausalAlignment::kNone, CausalAlignment::kTopLeft,
+                                CausalAlignment::kBottomRight}) {
+        for (int64_t w : {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 40,
+                          std::numeric_limits<int64_t>::max()}) {
+          AttentionShape raw = Shape(dt, 1, T, S, 2, 2, 64, c, false);
+          raw.mask.window_left = w;
+          raw.mask.window_right = c == CausalAlignment::kNone ? w : -1;
+          EXPECT_FALSE(Cudnn(nullptr)->Supports(raw, false).ok()) << "raw window " << w;
+          AttentionShape s = raw;
+          s.mask = kernels::NormalizeMask(raw.mask, T, S);
+          EXPECT_EQ(s.mask.window_left, -1);
+          cases.push_back(MakeCase(s, InputKind::kNormal, ++seed, false));
+        }
+      }
+    }
+  }
+  ExpectParity("wide_windows", RunGrid(CudnnRunner(), cases));
 }
 
 // Requests of different lengths inside warmed buckets build no graph on the request path.

@@ -18,3 +18,18 @@ if(ATTN_SERVER)
   target_link_libraries(calibration_unit_test PRIVATE attn_runtime GTest::gtest_main)
   gtest_discover_tests(calibration_unit_test PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
 endif()
+
+# libcudnn search order and choice (kernels/include/attn/kernels/cudnn_library.h), every build:
+# fake libraries that only export cudnnGetVersion() stand in for old and new cuDNN releases.
+foreach(_v 91400 91900 91901 92600 100100)
+  add_library(fake_cudnn_${_v} SHARED ${CMAKE_CURRENT_LIST_DIR}/fake_cudnn/fake_cudnn.cc)
+  target_compile_definitions(fake_cudnn_${_v} PRIVATE FAKE_CUDNN_VERSION=${_v})
+endforeach()
+add_executable(cudnn_library_test ${CMAKE_CURRENT_LIST_DIR}/cudnn_library_test.cc)
+target_link_libraries(cudnn_library_test PRIVATE attn_kernels GTest::gtest_main)
+foreach(_v 91400 91900 91901 92600 100100)
+  target_compile_definitions(cudnn_library_test PRIVATE
+    "FAKE_CUDNN_${_v}=\"$<TARGET_FILE:fake_cudnn_${_v}>\"")
+  add_dependencies(cudnn_library_test fake_cudnn_${_v})
+endforeach()
+gtest_discover_tests(cudnn_library_test PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)

@@ -35,9 +35,24 @@ TEST(CudnnVersion, StringAndCheck) {
   EXPECT_EQ(older.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(older.message().find("9.19.0"), std::string::npos) << older.message();
   EXPECT_NE(older.message().find("9.26.0"), std::string::npos) << older.message();
-  EXPECT_NE(older.message().find("older"), std::string::npos) << older.message();
+  EXPECT_NE(older.message().find("minor"), std::string::npos) << older.message();
+  EXPECT_TRUE(CheckCudnnVersion(91901, 91900).ok());  // patch level only: compatible
   EXPECT_EQ(CheckCudnnVersion(91900, 100100).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(CheckCudnnVersion(91900, 0).code(), StatusCode::kFailedPrecondition);
+}
+
+// Windows are int32 band bounds in cuDNN: one that would be narrowed is refused, never cast
+// (the Attend validator normalises wide windows to unbounded before any backend; issue 14).
+TEST(CudnnSupports, RefusesWindowsThatDoNotFitInt32) {
+  AttentionShape s = Shape(1, 6, 3);
+  for (int64_t w : {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 40}) {
+    s.mask = {CausalAlignment::kNone, w, w};
+    EXPECT_EQ(CudnnShapeSupports(s, 90, false).code(), StatusCode::kFailedPrecondition) << w;
+    s.mask = {CausalAlignment::kBottomRight, w, -1};
+    EXPECT_EQ(CudnnShapeSupports(s, 90, false).code(), StatusCode::kFailedPrecondition) << w;
+  }
+  s.mask = {CausalAlignment::kNone, 1000, 1000};
+  EXPECT_TRUE(CudnnShapeSupports(s, 90, false).ok());
 }
 
 TEST(CudnnBuckets, PowersOfTwoWithMinimum) {

@@ -5,6 +5,8 @@ if(ATTN_SERVER)
     ${CMAKE_CURRENT_LIST_DIR}/attend_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/backend_registry_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/range_allocator_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/sequence_validator_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/wide_window_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/worker_pool_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/unix_socket_test.cc)
   target_link_libraries(server_unit_test PRIVATE attn_runtime GTest::gtest_main)

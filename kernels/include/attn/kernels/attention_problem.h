@@ -74,16 +74,15 @@ ATTN_HD KeyRange BandKeyRange(const MaskSpec& m, int64_t i, int64_t q_len, int64
   return {lo, hi};
 }
 
-/// `m` with every window of at least max_q_len + max_kv_len keys replaced by -1 (unbounded):
-/// such a window excludes no key of any row (|d(i)| < T + S), so the mask is unchanged, and
-/// every window left is below T + S, so it fits the int32 parameters of libraries and kernels
-/// (a window of 2^32 narrowed to int32 was 0). Backends that narrow windows call this first.
-ATTN_HD MaskSpec ClampWindows(MaskSpec m, int64_t max_q_len, int64_t max_kv_len) {
-  const int64_t extent = max_q_len + max_kv_len;
-  if (m.window_left >= extent) m.window_left = -1;
-  if (m.window_right >= extent) m.window_right = -1;
-  return m;
-}
+/// The same band with every window that keeps all keys of any problem with q lengths <=
+/// max_q_len and kv lengths <= max_kv_len spelled as unbounded (-1). A window w >= max_q_len +
+/// max_kv_len never drops a key (a row's diagonal d(i) lies in [-(T_b - 1), S_b - 1] and keys
+/// in [0, S_b - 1], so |j - d(i)| <= T_b + S_b - 2); the remaining windows are < max_q_len +
+/// max_kv_len, so they fit the int32 band bounds libraries such as cuDNN take when the bounds
+/// do. Exact: BandKeyRange gives the same keys before and after for every row of every entry.
+/// Windows < 0 stay unbounded; bounds must be >= 0. The Attend validator calls it once per
+/// request with its token limit (2^24 each), before any backend.
+MaskSpec NormalizeMask(const MaskSpec& m, int64_t max_q_len, int64_t max_kv_len);
 
 /// Padded (B, T, N, H) tensors or packed varlen (total, N, H) tensors.
 enum class Layout : int { kPadded = 0, kVarlen = 1 };

@@ -23,8 +23,9 @@
 // a build (a request-path build unless it happened inside Warmup). Failed validations are
 // cached too, so Supports stays cheap.
 // Runtime library: libcudnn.so.9 is loaded with dlopen (cudnn-frontend's dynamic loading), so
-// the binary runs without cuDNN and this family reports why; the runtime version must be >= the
-// build's headers (cudnn_version.h).
+// the binary runs without cuDNN and this family reports why. Which file: the search of
+// cudnn_library.h; its version must have the build's major and a minor >= the build's
+// (NVIDIA's rule, cudnn_version.h).
 // Thread-safety: all methods are thread-safe; Run serialises on the handle (one stream at a
 // time per CudnnAttention).
 // Built only when ATTN_CUDA is on and the cuDNN headers + frontend were found (ATTN_HAVE_CUDNN).
@@ -52,7 +53,7 @@ namespace attn::kernels {
 /// Options for CudnnAttention::Create.
 struct CudnnOptions {
   CudnnBucketOptions buckets;
-  std::string library;  ///< dlopen name or path of libcudnn; empty: "libcudnn.so.9"
+  std::string library;  ///< --cudnn-library: the only file tried; empty: cudnn_library.h's search
 };
 
 /// Graph cache counters (monotonic since Create).
@@ -96,6 +97,9 @@ class CudnnAttention {
   /// CUDNN_VERSION of the headers this was built with.
   static int64_t BuildVersion();
   int64_t runtime_version() const { return runtime_version_; }
+  /// The libcudnn file loaded and the search step that found it (cudnn_library.h).
+  const std::string& library_path() const { return library_path_; }
+  const std::string& library_step() const { return library_step_; }
   int sm() const { return sm_; }
 
   /// Ok if the family can run `shape` (fp8: the FP8 path): CudnnShapeSupports, then the
@@ -162,6 +166,8 @@ class CudnnAttention {
   int device_ = 0;
   int sm_ = 0;
   int64_t runtime_version_ = 0;
+  std::string library_path_;
+  std::string library_step_;
   CudnnOptions options_;
   cudnnContext* handle_ = nullptr;
   mutable std::mutex mu_;      // cache and counters
