@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/client_text.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
@@ -55,7 +56,7 @@ Status DecodeTensor(const pb::Tensor &t, const char *field, DType *dtype,
 Status ValidateSequenceId(const std::string &id) {
   if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return InvalidArgument("sequence_id: expected 32 lowercase hex digits, got \"" +
-                           id.substr(0, 64) + "\"");
+                           EchoClientText(id, 64) + "\"");
   }
   return Status::Ok();
 }
@@ -159,7 +160,8 @@ Status ValidateExtendBatch(const pb::ExtendBatchRequest &r) {
                              std::to_string(step.layer()));
     }
     if (!ids.insert(step.sequence_id()).second) {
-      return InvalidArgument("steps: sequence " + step.sequence_id() + " appears twice");
+      return InvalidArgument("steps: sequence " + EchoClientText(step.sequence_id()) +
+                             " appears twice");
     }
   }
   return Status::Ok();

@@ -53,7 +53,10 @@ from attention_client._pb import sequence_pb2_grpc as spb_grpc  # noqa: E402
 
 TOL = 1e-5  # fp32 (DESIGN.md §4)
 SERVER_ARGS = ["--threads", "4", "--cpu-threads", "1", "--kv-cache-bytes", str(64 << 20),
-               "--max-queue-requests", "256", "--log-level", "warn"]
+               "--max-queue-requests", "256", "--log-level", "warn",
+               # Work bound (issue 16): far above every problem attend_problem() makes (at most
+               # ~2,300 pairs), below the one attend_over_budget sends.
+               "--max-cpu-score-pairs", "1000000", "--response-write-timeout-s", "5"]
 
 
 class Failure(Exception):
@@ -219,6 +222,21 @@ class Worker:
                 self.stats.add("attend_cancel", e.code().name)
             else:
                 raise Failure(f"attend_cancel: unexpected {e.code().name}")
+
+    def attend_over_budget(self):
+        """A call over --max-cpu-score-pairs: RESOURCE_EXHAUSTED naming the flag, nothing else."""
+        t = self.py.randint(1001, 1400)  # t·t pairs > 10^6
+        x = self.randn(1, t, 1, 8)
+        req = self.client.build_request(q=x, k=x, v=x, backend="cpu")
+        try:
+            self.attn.Attend(req, timeout=30)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and \
+                    "--max-cpu-score-pairs" in e.details():
+                self.stats.add("attend_over_budget", "RESOURCE_EXHAUSTED")
+                return
+            raise Failure(f"attend_over_budget: unexpected {e.code().name}: {e.details()[:200]}")
+        raise Failure("attend_over_budget: a call over the work bound was computed")
 
     # -- sequences ---------------------------------------------------------------------------
     def step_req(self, sid, layer, pos, q, k, v):
@@ -438,7 +456,7 @@ class Worker:
                     seq.release()
 
     ACTIONS = [("attend", 30), ("attend_bad", 10), ("attend_deadline", 8), ("attend_cancel", 8),
-               ("lifecycle", 30), ("sequence_bad", 10)]
+               ("attend_over_budget", 3), ("lifecycle", 30), ("sequence_bad", 10)]
 
     def run(self):
         names = [a for a, _ in self.ACTIONS]
