@@ -200,8 +200,10 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   if (config.grpc_memory_bytes > 0 && config.grpc_memory_bytes < 2 * config.max_message_bytes) {
     // gRPC resets a stream whose message does not fit the quota: the largest request allowed
     // would be refused.
-    spdlog::critical("--grpc-memory-bytes ({}) must be 0 or at least twice --max-message-bytes "
-                     "({})", config.grpc_memory_bytes, config.max_message_bytes);
+    spdlog::critical(
+        "--grpc-memory-bytes ({}) must be 0 or at least twice --max-message-bytes "
+        "({})",
+        config.grpc_memory_bytes, config.max_message_bytes);
     return 2;
   }
   if (config.grpc_memory_bytes > 0) {
@@ -302,9 +304,8 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
     const attn::Status refused = attn::Unavailable(
         "server is draining: the drain timeout passed before this call started; retry on "
         "another replica");
-    const int64_t dropped =
-        service.RefuseQueued(refused) +
-        sequence_service.step_batcher()->scheduler()->RefuseQueued(refused);
+    const int64_t dropped = service.RefuseQueued(refused) +
+                            sequence_service.step_batcher()->scheduler()->RefuseQueued(refused);
     if (dropped > 0) {
       spdlog::warn("drain timeout: refused {} queued calls/steps with UNAVAILABLE", dropped);
       std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -293,7 +293,8 @@ Status Run(const AttentionShape& s, const AttentionTensors& t, const OutputSink&
     auto worker = [&]() {
       Scratch scratch;
       int64_t work = 0;
-      for (int64_t w = next.fetch_add(1); w < items && !stop.stopped.load(); w = next.fetch_add(1)) {
+      for (int64_t w = next.fetch_add(1); w < items && !stop.stopped.load();
+           w = next.fetch_add(1)) {
         RunWorkItem(s, t, out, w / s.num_heads, w % s.num_heads, &scratch, &stop, &work);
       }
     };

@@ -24,7 +24,8 @@ std::string EchoClientText(std::string_view s, size_t max_bytes) {
 std::string CapStatusMessage(std::string_view message) {
   if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
   constexpr std::string_view kNote = "...(truncated)";
-  std::string out(message.substr(0, Utf8PrefixLength(message, kMaxStatusMessageBytes - kNote.size())));
+  std::string out(
+      message.substr(0, Utf8PrefixLength(message, kMaxStatusMessageBytes - kNote.size())));
   out += kNote;
   return out;
 }

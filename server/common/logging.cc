@@ -46,10 +46,18 @@ void ProtobufToSpdlog(google::protobuf::LogLevel level, const char* filename, in
                       const std::string& message) {
   spdlog::level::level_enum lvl = spdlog::level::info;
   switch (level) {
-    case google::protobuf::LOGLEVEL_INFO: lvl = spdlog::level::info; break;
-    case google::protobuf::LOGLEVEL_WARNING: lvl = spdlog::level::warn; break;
-    case google::protobuf::LOGLEVEL_ERROR: lvl = spdlog::level::err; break;
-    default: lvl = spdlog::level::critical; break;  // FATAL: protobuf aborts after this
+    case google::protobuf::LOGLEVEL_INFO:
+      lvl = spdlog::level::info;
+      break;
+    case google::protobuf::LOGLEVEL_WARNING:
+      lvl = spdlog::level::warn;
+      break;
+    case google::protobuf::LOGLEVEL_ERROR:
+      lvl = spdlog::level::err;
+      break;
+    default:
+      lvl = spdlog::level::critical;
+      break;  // FATAL: protobuf aborts after this
   }
   spdlog::log(lvl, "protobuf ({}:{}): {}", filename != nullptr ? filename : "?", line, message);
 }

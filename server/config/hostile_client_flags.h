@@ -11,8 +11,9 @@
 namespace attn {
 
 /// Adds --max-cpu-score-pairs, --max-gpu-flops, --grpc-memory-bytes,
-/// --max-unsent-response-bytes, --max-inflight-bytes, --response-write-timeout-s, --max-streams-per-connection,
-/// --keepalive-time-s, --keepalive-timeout-s and --max-connection-idle-s to `app`, bound to `c`.
+/// --max-unsent-response-bytes, --max-inflight-bytes, --response-write-timeout-s,
+/// --max-streams-per-connection, --keepalive-time-s, --keepalive-timeout-s and
+/// --max-connection-idle-s to `app`, bound to `c`.
 void AddHostileClientFlags(CLI::App& app, ServerConfig* c);
 
 }  // namespace attn

@@ -68,8 +68,8 @@ struct ServerConfig {
   /// Bytes of Attend requests and responses held by calls in flight (queued, computing or
   /// answered but not taken); a call arriving while more are held gets RESOURCE_EXHAUSTED.
   int64_t max_inflight_bytes = int64_t{128} << 20;
-  double response_write_timeout_s = 30.0;  ///< a finished call whose response is not taken
-                                           ///< by then is cancelled (frees its memory)
+  double response_write_timeout_s = 30.0;     ///< a finished call whose response is not taken
+                                              ///< by then is cancelled (frees its memory)
   int32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
   double keepalive_time_s = 60.0;             ///< server pings an idle connection this often
   double keepalive_timeout_s = 20.0;          ///< and closes it when no ack comes in time

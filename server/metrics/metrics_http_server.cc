@@ -32,8 +32,7 @@ void WriteAll(int fd, const std::string& data) {
     pollfd p{fd, POLLOUT, 0};
     const int left = MsLeft(deadline);
     if (left == 0 || ::poll(&p, 1, left) <= 0) return;  // a reader too slow: give up
-    const ssize_t n =
-        ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n <= 0) {
       if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       return;
@@ -150,8 +149,7 @@ bool MetricsHttpServer::MakeRoom() {
 
 void MetricsHttpServer::Serve(Connection* c) {
   const int fd = c->fd;
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::milliseconds(kRequestDeadlineMs);
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kRequestDeadlineMs);
   std::string request;
   char buf[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {

@@ -44,10 +44,10 @@ class MetricsHttpServer {
   /// One connection being served; `done` is set by its thread when it finishes.
   struct Connection {
     std::thread thread;
-    int fd = -1;                       ///< closed by the accept thread after the join
-    std::atomic<bool> reading{true};   ///< still reading its request (may be shed)
+    int fd = -1;                      ///< closed by the accept thread after the join
+    std::atomic<bool> reading{true};  ///< still reading its request (may be shed)
     std::atomic<bool> done{false};
-    bool shed = false;                 ///< accept thread only
+    bool shed = false;  ///< accept thread only
   };
   static constexpr size_t kMaxConnections = 64;
 

@@ -6,7 +6,8 @@ namespace attn::security {
 namespace {
 
 std::string Who(const std::string& identity) {
-  return identity.empty() ? std::string("anonymous identity") : "identity \"" + EchoClientText(identity) + "\"";
+  return identity.empty() ? std::string("anonymous identity")
+                          : "identity \"" + EchoClientText(identity) + "\"";
 }
 
 }  // namespace

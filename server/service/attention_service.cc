@@ -85,9 +85,9 @@ AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
       on_fault_(std::move(on_fault)),
       metrics_(metrics),
       shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr),
-      watchdog_(std::make_unique<WriteWatchdog>(std::chrono::milliseconds(
-                                               static_cast<int64_t>(config.response_write_timeout_s * 1e3)),
-                                           config.max_unsent_response_bytes)) {
+      watchdog_(std::make_unique<WriteWatchdog>(
+          std::chrono::milliseconds(static_cast<int64_t>(config.response_write_timeout_s * 1e3)),
+          config.max_unsent_response_bytes)) {
   BatchSchedulerOptions batching;
   batching.policy.max_batch_tokens = config_.max_batch_tokens;
   batching.policy.max_batch_requests = config_.max_batch_requests;
@@ -139,12 +139,14 @@ void AttentionServiceImpl::Finish(AttendCall* call, const Status& status) {
   // The call stays in flight until its response is taken (OnDone). Until then it holds its
   // request and its response, as message and serialized: counted against
   // --max-unsent-response-bytes and bounded in time by the watchdog.
-  const int64_t held = status.ok() ? static_cast<int64_t>(call->request->ByteSizeLong() +
-                                                          2 * call->response->ByteSizeLong())
-                                   : 0;
+  const int64_t held =
+      status.ok()
+          ? static_cast<int64_t>(call->request->ByteSizeLong() + 2 * call->response->ByteSizeLong())
+          : 0;
   const WriteWatchdog::Ticket ticket = held > 0 ? watchdog_->Arm(call->context, held) : 0;
   // Responses count from now on; the request was counted at admission.
-  const int64_t response_bytes = status.ok() ? 2 * static_cast<int64_t>(call->response->ByteSizeLong()) : 0;
+  const int64_t response_bytes =
+      status.ok() ? 2 * static_cast<int64_t>(call->response->ByteSizeLong()) : 0;
   const int64_t counted = call->request_bytes + response_bytes;
   inflight_bytes_.fetch_add(response_bytes);
   call->reactor->SetOnDone([this, ticket, counted] {
@@ -242,7 +244,8 @@ void AttentionServiceImpl::RunBatch(std::vector<std::unique_ptr<BatchItem>>& bat
       }
       return true;
     };
-    if (s.ok()) s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
+    if (s.ok())
+      s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
     if (s.code() == StatusCode::kCancelled) {
       for (AttendCall* c : calls) Finish(c, c->StopStatus());
       return;
@@ -322,8 +325,8 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
     lse_ptr = reinterpret_cast<float*>(lse->mutable_data()->data());
   }
   ExecuteTimes times;
-  Status s = call->choice.backend->ExecuteUntil(shape, v.Tensors(o_data->data(), lse_ptr),
-                                                [call] { return call->Abandoned(); }, &times);
+  Status s = call->choice.backend->ExecuteUntil(
+      shape, v.Tensors(o_data->data(), lse_ptr), [call] { return call->Abandoned(); }, &times);
   if (s.code() == StatusCode::kCancelled) s = call->StopStatus();
   if (!s.ok()) {
     call->response->Clear();

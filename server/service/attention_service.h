@@ -7,14 +7,15 @@
 // coalesced into one varlen launch (batching/attend_coalescer.h) and the outputs scattered
 // back; a batch of one runs straight into the response's buffers. Cancelled calls and calls
 // past their deadline are dropped before launch. The ExecutionReport gives the batch size,
-// batch tokens and queue time of the launch the call ran in. While draining, new calls get UNAVAILABLE and in-flight calls finish.
-// Bounds (issue 16): a call whose estimated work is over its backend kind's bound
-// (validation/work_bound.h) gets RESOURCE_EXHAUSTED before queueing; the cpu reference stops
-// between chunks of rows once every caller of its launch is gone or past its deadline. A call
-// stays in flight until its response has been taken by the client (OnDone); answered calls
-// whose responses are not taken hold at most --max-unsent-response-bytes (above it the oldest
-// are cancelled) for at most --response-write-timeout-s (then cancelled): write_watchdog.h.
-// A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
+// batch tokens and queue time of the launch the call ran in. While draining, new calls get
+// UNAVAILABLE and in-flight calls finish. Bounds (issue 16): a call whose estimated work is over
+// its backend kind's bound (validation/work_bound.h) gets RESOURCE_EXHAUSTED before queueing; the
+// cpu reference stops between chunks of rows once every caller of its launch is gone or past its
+// deadline. A call stays in flight until its response has been taken by the client (OnDone);
+// answered calls whose responses are not taken hold at most --max-unsent-response-bytes (above it
+// the oldest are cancelled) for at most --response-write-timeout-s (then cancelled):
+// write_watchdog.h. A call arriving while calls in flight hold more request and response bytes
+// than --max-inflight-bytes gets RESOURCE_EXHAUSTED. A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 

@@ -2,8 +2,8 @@
 // (e.g. BatchScheduler::Notify, so a queued call is dropped and releases what it holds at
 // once instead of when its batch forms). The call must still be finished exactly once with
 // Finish(); the reactor deletes itself in OnDone, after running the callback given to
-// SetOnDone (the call is over: its response was written, or it was cancelled). Thread-safety: as grpc::ServerUnaryReactor;
-// `on_cancel` runs on a gRPC thread and must be cheap and thread-safe.
+// SetOnDone (the call is over: its response was written, or it was cancelled). Thread-safety: as
+// grpc::ServerUnaryReactor; `on_cancel` runs on a gRPC thread and must be cheap and thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

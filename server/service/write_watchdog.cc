@@ -41,9 +41,10 @@ WriteWatchdog::Ticket WriteWatchdog::Arm(grpc::ServerContextBase* context, int64
     while (it != armed_.end() && it->second.cancelled) ++it;
     if (it == armed_.end() || it->first == t) break;
     next_candidate = it->first;
-    spdlog::debug("answered calls not read by their clients hold {} bytes (bound {}): "
-                  "cancelling the oldest",
-                  held_.load() - cancelling_bytes_, max_bytes_);
+    spdlog::debug(
+        "answered calls not read by their clients hold {} bytes (bound {}): "
+        "cancelling the oldest",
+        held_.load() - cancelling_bytes_, max_bytes_);
     CancelLocked(it);
   }
   return t;

@@ -319,8 +319,8 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   // FLOPs: 4·Σ_b T_b·S_b·N·H, halved for causal masks (DESIGN.md §10).
   const double causal_share = s.mask.causal == kernels::CausalAlignment::kNone ? 1.0 : 0.5;
   // A band narrower than S caps the keys per row at window_left + window_right + 1.
-  const bool banded = s.mask.window_left >= 0 &&
-                      (s.mask.window_right >= 0 || s.mask.causal != kernels::CausalAlignment::kNone);
+  const bool banded = s.mask.window_left >= 0 && (s.mask.window_right >= 0 ||
+                                                  s.mask.causal != kernels::CausalAlignment::kNone);
   const double band = banded ? static_cast<double>(s.mask.window_left) +
                                    std::max<int64_t>(s.mask.window_right, 0) + 1
                              : 0;

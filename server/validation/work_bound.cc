@@ -20,7 +20,8 @@ Status CheckWorkBound(const ValidatedAttend& v, bool on_cpu, const WorkBounds& b
       return ResourceExhausted(
           "request scores " + Sci(v.score_pairs) +
           " query-key pairs (Σ T·S·N, halved when causal) on the cpu backend, over the bound "
-          "of " + Sci(bounds.max_cpu_score_pairs) +
+          "of " +
+          Sci(bounds.max_cpu_score_pairs) +
           " per call (--max-cpu-score-pairs); split it into smaller calls or use a GPU backend");
     }
     return Status::Ok();

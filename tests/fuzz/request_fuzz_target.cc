@@ -20,6 +20,8 @@
 // Built two ways (tests/fuzz/CMakeLists.txt): with clang's -fsanitize=fuzzer as the fuzzer
 // (scripts/fuzz.sh), and with replay_main.cc as a plain program that replays files (the
 // regression test, any compiler).
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -30,8 +32,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "attention/v1/attention.pb.h"
 #include "attention/v1/sequence.pb.h"
@@ -150,8 +150,8 @@ void FuzzAttend(World& w, const uint8_t* data, size_t size) {
   // The work bound (issue 16): the estimate is finite, never negative, at most T·S·N per
   // entry, and the bound refuses only with RESOURCE_EXHAUSTED.
   Require(v->score_pairs >= 0 && v->flops >= 0, "negative work estimate");
-  Require(v->score_pairs <= static_cast<double>(s.batch) * s.max_q_len * s.max_kv_len *
-                                s.num_heads * (1 + 1e-9),
+  Require(v->score_pairs <=
+              static_cast<double>(s.batch) * s.max_q_len * s.max_kv_len * s.num_heads * (1 + 1e-9),
           "score pairs above B·T·S·N");
   const Status bound = attn::CheckWorkBound(*v, true, {1e6, 1e9});
   Require(bound.ok() || bound.code() == attn::StatusCode::kResourceExhausted,

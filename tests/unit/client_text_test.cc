@@ -61,7 +61,9 @@ TEST(ClientText, LongTextIsCutAndNamesItsLength) {
 
 TEST(ClientText, ListShowsTheFirstEntriesAndTheCount) {
   EXPECT_EQ(EchoList(3, [](int64_t i) { return i; }), "[0,1,2]");
-  EXPECT_EQ(EchoList(5000, [](int64_t) { return 1; }, 4), "[1,1,1,1,...] (5000 entries)");
+  EXPECT_EQ(EchoList(
+                5000, [](int64_t) { return 1; }, 4),
+            "[1,1,1,1,...] (5000 entries)");
 }
 
 TEST(ClientText, ValidatorEchoesAreBounded) {

@@ -40,8 +40,8 @@ TEST(CpuStop, LongComputationStopsSoonAfterTheCheckFires) {
     checks.fetch_add(1);
     return std::chrono::steady_clock::now() >= fire_at;
   });
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
   EXPECT_LT(ms, 200 + 150) << "stopped " << ms - 200 << " ms after the check fired";
   EXPECT_GT(checks.load(), 10) << "the check must be asked in chunks, not once";
