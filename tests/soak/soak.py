@@ -9,6 +9,7 @@ Load (--workers threads, each picking actions at random, seeded):
                 varlen lengths → INVALID_ARGUMENT / FAILED_PRECONDITION
   attend_deadline  deadlines of 1-100 µs → DEADLINE_EXCEEDED (or a correct result)
   attend_cancel    cancelled after 0-3 ms → CANCELLED (or a correct result)
+  attend_over_budget  over --max-cpu-score-pairs (10^6 here) → RESOURCE_EXHAUSTED naming the flag
   lifecycle     CreateSequence → prefill every layer → decode steps through Extend, ExtendBatch
                 and ExtendStream → ForkSequence (+ a step on the child) → TruncateSequence (+ a
                 step) → a step under a tiny deadline and a stream cancelled mid-way (the length
