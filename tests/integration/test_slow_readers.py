@@ -8,7 +8,8 @@ loopback. Raw HTTP/2 (the `h2` package) opens gRPC Attend streams with a flow-co
 - those calls count as in flight (GetLoad.requests_in_flight) while they hold memory;
 - a good call from another client is answered meanwhile;
 - --response-write-timeout-s ends the stalled calls: in flight drops to 0 although the
-  connections stay open and still never read.
+  connections stay open and still never read;
+- the server advertises --max-streams-per-connection in its HTTP/2 SETTINGS.
 
 Bounded: 400 streams on 4 connections, every wait has a deadline.
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_slow_readers.py
@@ -171,3 +172,19 @@ def test_stalled_readers_keep_memory_bounded_and_are_timed_out():
                 c.close()
             for h in holders:
                 h.join(timeout=5)
+
+
+def test_server_advertises_the_stream_cap_per_connection():
+    """--max-streams-per-connection reaches the client as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+    (default 1024, above what an asyncio frontend opens on one channel)."""
+    for args, want in (((), 1024), (("--max-streams-per-connection", "300"), 300)):
+        with ServerProc(*args) as server:
+            c = StalledConnection(server.port)
+            try:
+                end = time.time() + 10
+                while time.time() < end and \
+                        c.conn.remote_settings.max_concurrent_streams != want:
+                    c._pump()
+                assert c.conn.remote_settings.max_concurrent_streams == want
+            finally:
+                c.close()
