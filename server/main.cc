@@ -8,6 +8,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -221,6 +223,32 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(-1);
+  // Careless and hostile clients (issue 16 item 4): transport memory, streams per connection,
+  // dead connections (keepalive) and idle ones. Responses a client never reads are bounded
+  // by the Attend service (--max-unsent-response-bytes, --response-write-timeout-s).
+  grpc::ResourceQuota quota("attention-server");
+  if (config.grpc_memory_bytes > 0 && config.grpc_memory_bytes < 2 * config.max_message_bytes) {
+    // gRPC resets a stream whose message does not fit the quota: the largest request allowed
+    // would be refused.
+    spdlog::critical(
+        "--grpc-memory-bytes ({}) must be 0 or at least twice --max-message-bytes "
+        "({})",
+        config.grpc_memory_bytes, config.max_message_bytes);
+    return 2;
+  }
+  if (config.grpc_memory_bytes > 0) {
+    quota.Resize(static_cast<size_t>(config.grpc_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_streams_per_connection);
+  auto ms = [](double s) { return static_cast<int>(std::min(s * 1e3, 2147483647.0)); };
+  if (config.keepalive_time_s > 0) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(config.keepalive_time_s));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(config.keepalive_timeout_s));
+  }
+  if (config.max_connection_idle_s > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(config.max_connection_idle_s));
+  }
   service.SetCallGate(security->gate.get());
   sequence_service.SetCallGate(security->gate.get());
   sequence_service.SetMetrics(&metrics);
@@ -322,6 +350,17 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   sequence_service.EndStreams();
   const bool drained = service.WaitIdle(remaining()) && sequence_service.WaitIdle(remaining());
   if (!drained) {
+    // Calls still queued (never started) get UNAVAILABLE now rather than a closed socket;
+    // a moment lets gRPC write those statuses before the process exits.
+    const attn::Status refused = attn::Unavailable(
+        "server is draining: the drain timeout passed before this call started; retry on "
+        "another replica");
+    const int64_t dropped = service.RefuseQueued(refused) +
+                            sequence_service.step_batcher()->scheduler()->RefuseQueued(refused);
+    if (dropped > 0) {
+      spdlog::warn("drain timeout: refused {} queued calls/steps with UNAVAILABLE", dropped);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
     // Computations that have started cannot be interrupted; exit now rather than outlive the
     // orchestrator's grace period. Exit code 3 says the drain timed out. No Shutdown(): it
     // waits for every running call's reactor, i.e. for those very computations (a 30 s CPU
@@ -346,6 +385,10 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Tensors (1 MiB and more) get their own mappings, returned to the system when freed:
+  // otherwise glibc's adaptive threshold keeps them in the heap, and memory freed by calls a
+  // slow reader held (issue 16 item 4) stays in the RSS. MALLOC_MMAP_THRESHOLD_ overrides.
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   attn::ServerConfig config;
   const int code = attn::ParseServerFlags(argc, argv, &config);
   if (code >= 0) return code;

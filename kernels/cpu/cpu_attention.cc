@@ -162,9 +162,29 @@ struct Scratch {
   std::vector<double> acc;     ///< (H) weighted sum of V
 };
 
+/// Multiply-adds (roughly) between two StopCheck calls.
+constexpr int64_t kStopCheckWork = int64_t{1} << 20;
+
+/// Cancellation shared by the threads of one call: `check` is asked once per chunk of work;
+/// once it said stop, `stopped` tells every thread.
+struct StopState {
+  const StopCheck* check = nullptr;  ///< null or empty: never stops
+  std::atomic<bool> stopped{false};
+  /// Called by a thread after `work` more multiply-adds; true when the call must stop.
+  bool Poll(int64_t* work) {
+    if (check == nullptr || !*check) return false;
+    if (stopped.load(std::memory_order_relaxed)) return true;
+    if (*work < kStopCheckWork) return false;
+    *work = 0;
+    if ((*check)()) stopped.store(true);
+    return stopped.load(std::memory_order_relaxed);
+  }
+};
+
 /// Computes one (batch entry b, query head h) work item: every row of o and lse it owns.
+/// Returns early (rows left unwritten) when `stop` says so.
 void RunWorkItem(const AttentionShape& s, const AttentionTensors& t, const OutputSink& out,
-                 int64_t b, int64_t h, Scratch* sc) {
+                 int64_t b, int64_t h, Scratch* sc, StopState* stop, int64_t* work) {
   const EntryRows r = RowsOf(s, t, b);
   const int64_t H = s.head_dim;
   const int64_t N = s.num_heads;
@@ -198,6 +218,7 @@ void RunWorkItem(const AttentionShape& s, const AttentionTensors& t, const Outpu
 
   const double neg_inf = -std::numeric_limits<double>::infinity();
   for (int64_t i = 0; i < r.q_extent; ++i) {
+    if (stop->Poll(work)) return;
     const int64_t o_base = ((r.q_row0 + i) * N + h) * H;
     // Rows past T_b (padding) and rows with no key in their band: zeros and lse = -inf.
     const KeyRange kr = BandKeyRange(s.mask, i, r.q_len, r.kv_len);
@@ -225,6 +246,7 @@ void RunWorkItem(const AttentionShape& s, const AttentionTensors& t, const Outpu
         const double* vj = &sc->v[j * H];
         for (int64_t d = 0; d < H; ++d) sc->acc[d] += p * vj[d];
       }
+      *work += (kr.hi - kr.lo + 1) * (2 * H + 8);  // two dot/axpy passes plus exp per key
       const double inv = 1.0 / sum;  // sum >= 1, never 0
       for (int64_t d = 0; d < H; ++d) sc->acc[d] *= inv;
       lse = m + std::log(sum);
@@ -246,7 +268,7 @@ void RunWorkItem(const AttentionShape& s, const AttentionTensors& t, const Outpu
 
 /// Validates everything, then runs all (b, h) work items on up to `num_threads` threads.
 Status Run(const AttentionShape& s, const AttentionTensors& t, const OutputSink& out,
-           int num_threads) {
+           int num_threads, const StopCheck& should_stop) {
   ATTN_RETURN_IF_ERROR(CpuSupports(s));
   // Buffers may be null only when they hold no elements (e.g. every kv length is 0).
   const bool has_q = s.q_elements() > 0;
@@ -264,12 +286,16 @@ Status Run(const AttentionShape& s, const AttentionTensors& t, const OutputSink&
       num_threads > 0 ? num_threads : static_cast<int64_t>(std::thread::hardware_concurrency());
   threads = std::max<int64_t>(1, std::min(threads, items));
 
+  StopState stop;
+  stop.check = &should_stop;
   try {
     std::atomic<int64_t> next{0};
     auto worker = [&]() {
       Scratch scratch;
-      for (int64_t w = next.fetch_add(1); w < items; w = next.fetch_add(1)) {
-        RunWorkItem(s, t, out, w / s.num_heads, w % s.num_heads, &scratch);
+      int64_t work = 0;
+      for (int64_t w = next.fetch_add(1); w < items && !stop.stopped.load();
+           w = next.fetch_add(1)) {
+        RunWorkItem(s, t, out, w / s.num_heads, w % s.num_heads, &scratch, &stop, &work);
       }
     };
     std::vector<std::thread> pool;
@@ -285,6 +311,9 @@ Status Run(const AttentionShape& s, const AttentionTensors& t, const OutputSink&
     return ResourceExhausted("cpu reference: out of host memory for scratch buffers");
   } catch (const std::exception& e) {
     return Internal(std::string("cpu reference: ") + e.what());
+  }
+  if (stop.stopped.load()) {
+    return Status(StatusCode::kCancelled, "cpu reference: stopped before the end (caller gone)");
   }
   return Status::Ok();
 }
@@ -329,14 +358,15 @@ Status CpuSupports(const AttentionShape& s) {
   return Status::Ok();
 }
 
-Status CpuAttention(const AttentionShape& shape, const AttentionTensors& t, int num_threads) {
+Status CpuAttention(const AttentionShape& shape, const AttentionTensors& t, int num_threads,
+                    const StopCheck& should_stop) {
   if (shape.return_lse && t.lse == nullptr && shape.lse_elements() > 0) {
     return InvalidArgument("cpu reference: return_lse is set but lse is null");
   }
   OutputSink out;
   out.o = t.o;
   out.lse = shape.return_lse ? t.lse : nullptr;
-  return Run(shape, t, out, num_threads);
+  return Run(shape, t, out, num_threads, should_stop);
 }
 
 Status CpuAttentionF64(const AttentionShape& shape, const AttentionTensors& t, double* o,
@@ -347,7 +377,7 @@ Status CpuAttentionF64(const AttentionShape& shape, const AttentionTensors& t, d
   OutputSink out;
   out.o64 = o;
   out.lse64 = lse;
-  return Run(shape, t, out, num_threads);
+  return Run(shape, t, out, num_threads, StopCheck{});
 }
 
 }  // namespace attn::kernels

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ class Backend {
   /// cannot be had; INTERNAL on a device fault (the caller then marks the server unhealthy).
   virtual Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                          ExecuteTimes* times) = 0;
+  /// Execute that gives up when `should_stop` (thread-safe, cheap; may be empty) returns
+  /// true: the cpu reference asks it between chunks of rows and returns CANCELLED; backends
+  /// whose launch cannot be interrupted run Execute (the default) and are stopped only
+  /// before launch, by the batcher.
+  virtual Status ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
+                              const std::function<bool()>& should_stop, ExecuteTimes* times) {
+    (void)should_stop;
+    return Execute(shape, host, times);
+  }
 };
 
 }  // namespace attn

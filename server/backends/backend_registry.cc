@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/fault_injecting_backend.h"
+#include "common/client_text.h"
 
 namespace attn {
 
@@ -44,7 +45,8 @@ StatusOr<BackendChoice> BackendRegistry::Resolve(const std::string& requested,
   if (name != "auto") {
     Backend* b = Find(name);
     if (b == nullptr) {
-      return InvalidArgument("backend: unknown backend \"" + name + "\"; known: " + KnownNames());
+      return InvalidArgument("backend: unknown backend \"" + EchoClientText(name) +
+                             "\"; known: " + KnownNames());
     }
     if (!b->available()) {
       return FailedPrecondition("backend \"" + name + "\" is unavailable on this server: " +

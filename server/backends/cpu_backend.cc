@@ -27,8 +27,13 @@ Status CpuBackend::Supports(const AttentionShape& shape) const {
 
 Status CpuBackend::Execute(const AttentionShape& shape, const AttentionTensors& host,
                            ExecuteTimes* times) {
+  return ExecuteUntil(shape, host, {}, times);
+}
+
+Status CpuBackend::ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
+                                const std::function<bool()>& should_stop, ExecuteTimes* times) {
   const auto start = std::chrono::steady_clock::now();
-  Status s = kernels::CpuAttention(shape, host, threads_per_call_);
+  Status s = kernels::CpuAttention(shape, host, threads_per_call_, should_stop);
   times->kernel_us = std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::steady_clock::now() - start)
                          .count();

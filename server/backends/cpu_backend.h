@@ -18,6 +18,9 @@ class CpuBackend final : public Backend {
   Status Supports(const AttentionShape& shape) const override;
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;
+  /// Stops between chunks of rows when `should_stop` says so (CANCELLED).
+  Status ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
+                      const std::function<bool()>& should_stop, ExecuteTimes* times) override;
 
  private:
   std::string name_ = "cpu";

@@ -37,6 +37,9 @@ class FaultInjectingBackend final : public Backend {
   /// The wrapped Execute, or INTERNAL ("injected device fault ...") from call fault_at on.
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;
+  /// The same, forwarding `should_stop` to the wrapped backend.
+  Status ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
+                      const std::function<bool()>& should_stop, ExecuteTimes* times) override;
 
  private:
   std::unique_ptr<Backend> inner_;

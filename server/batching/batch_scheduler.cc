@@ -84,6 +84,24 @@ void BatchScheduler::Stop() {
   threads_.clear();
 }
 
+int64_t BatchScheduler::RefuseQueued(const Status& why) {
+  std::vector<std::unique_ptr<BatchItem>> refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [signature, queue] : queues_) {
+      for (auto& item : queue) {
+        Removed(*item);
+        refused.push_back(std::move(item));
+      }
+    }
+    queues_.clear();
+  }
+  cv_.notify_all();
+  for (auto& item : refused) item->Drop(why);
+  return static_cast<int64_t>(refused.size());
+}
+
 Status BatchScheduler::Dead(const BatchItem& item) {
   // The deadline first: when it passes, gRPC also cancels the call, and the call's status (log,
   // metrics) should say why.

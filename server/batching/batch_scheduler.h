@@ -68,6 +68,10 @@ class BatchScheduler {
   void Notify();
   /// Refuses new work, runs what is queued, joins the threads. Idempotent.
   void Stop();
+  /// Refuses new work (UNAVAILABLE) and drops every queued item with `why` (e.g. UNAVAILABLE
+  /// at the drain timeout, so queued calls get a status instead of a closed socket); running
+  /// batches are not touched. Returns how many were dropped.
+  int64_t RefuseQueued(const Status& why);
 
   /// Items waiting (not yet taken into a batch); for GetLoad and attn_requests_queued.
   int64_t queued_requests() const { return queued_requests_.load(); }

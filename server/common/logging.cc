@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -38,6 +39,29 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
   }
 };
 
+// protobuf's own messages (e.g. "String field ... contains invalid UTF-8 data" when a client
+// sends bad bytes in a string field) go through spdlog, so --log-format json holds for them too;
+// by default libprotobuf writes raw "[libprotobuf ERROR ...]" lines to stderr.
+void ProtobufToSpdlog(google::protobuf::LogLevel level, const char* filename, int line,
+                      const std::string& message) {
+  spdlog::level::level_enum lvl = spdlog::level::info;
+  switch (level) {
+    case google::protobuf::LOGLEVEL_INFO:
+      lvl = spdlog::level::info;
+      break;
+    case google::protobuf::LOGLEVEL_WARNING:
+      lvl = spdlog::level::warn;
+      break;
+    case google::protobuf::LOGLEVEL_ERROR:
+      lvl = spdlog::level::err;
+      break;
+    default:
+      lvl = spdlog::level::critical;
+      break;  // FATAL: protobuf aborts after this
+  }
+  spdlog::log(lvl, "protobuf ({}:{}): {}", filename != nullptr ? filename : "?", line, message);
+}
+
 }  // namespace
 
 Status ConfigureLogging(const std::string& level, const std::string& format) {
@@ -60,6 +84,7 @@ Status ConfigureLogging(const std::string& level, const std::string& format) {
   logger->set_level(lvl);
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+  google::protobuf::SetLogHandler(&ProtobufToSpdlog);
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 namespace attn {
 
 /// Installs the default logger on stderr. `level`: trace..off; `format`: "text" or "json".
+/// Also routes libprotobuf's own log messages (SetLogHandler) through it.
 Status ConfigureLogging(const std::string& level, const std::string& format);
 
 }  // namespace attn

@@ -62,6 +62,24 @@ struct ServerConfig {
   int64_t max_sequences_per_identity = 0;  ///< live sequences one identity may hold
   int64_t max_pages_per_identity = 0;      ///< KV pages one identity may hold (forks: once)
   int64_t max_tensor_elements = 0;         ///< elements over all tensors of one request
+  // Hostile and careless clients (issue 16; README "attention-server flags"). 0 = unlimited.
+  double max_cpu_score_pairs = 1073741824.0;  ///< cpu backend: query-key pairs per Attend call
+  double max_gpu_flops = 2.5e14;              ///< GPU backends: FLOPs per Attend call
+  /// gRPC ResourceQuota (transport buffers); 0 or >= 2 × max_message_bytes (a request larger
+  /// than the quota is reset by gRPC with RESOURCE_EXHAUSTED).
+  int64_t grpc_memory_bytes = int64_t{1} << 30;
+  /// Memory answered Attend calls may hold while their clients do not take the response;
+  /// above it the oldest such calls are cancelled.
+  int64_t max_unsent_response_bytes = int64_t{64} << 20;
+  /// Bytes of Attend requests and responses held by calls in flight (queued, computing or
+  /// answered but not taken); a call arriving while more are held gets RESOURCE_EXHAUSTED.
+  int64_t max_inflight_bytes = int64_t{128} << 20;
+  double response_write_timeout_s = 30.0;     ///< a finished call whose response is not taken
+                                              ///< by then is cancelled (frees its memory)
+  int32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  double keepalive_time_s = 60.0;             ///< server pings an idle connection this often
+  double keepalive_timeout_s = 20.0;          ///< and closes it when no ack comes in time
+  double max_connection_idle_s = 600.0;       ///< closes connections without calls this long
   // cuDNN and auto calibration (backends/cudnn_backend.h, backends/calibration.h).
   std::string cudnn_library;           ///< --cudnn-library (empty: cudnn_library.h's search)
   /// Graph buckets built at start (backends/cudnn_warmup.h format); empty: none.

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli_finite.h"
+#include "config/hostile_client_flags.h"
 #include "version.h"
 
 namespace attn {
@@ -201,6 +202,7 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "elements summed over every tensor of one request (0: unlimited)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
       ->capture_default_str();
+  AddHostileClientFlags(app, c);
   // Every flag can also come from the environment: --kv-cache-bytes from ATTN_KV_CACHE_BYTES
   // (containers, Kubernetes ConfigMaps). A flag on the command line wins over its variable.
   for (CLI::Option* opt : app.get_options()) {

@@ -7,20 +7,34 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace attn::metrics {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
-constexpr int kIoTimeoutMs = 5000;
+constexpr int kRequestDeadlineMs = 5000;  // from accept to the end of the request headers
+constexpr int kWriteDeadlineMs = 10000;   // for the whole answer
+
+using Clock = std::chrono::steady_clock;
+
+int MsLeft(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
 
 void WriteAll(int fd, const std::string& data) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kWriteDeadlineMs);
   size_t off = 0;
   while (off < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    pollfd p{fd, POLLOUT, 0};
+    const int left = MsLeft(deadline);
+    if (left == 0 || ::poll(&p, 1, left) <= 0) return;  // a reader too slow: give up
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       return;
     }
     off += static_cast<size_t>(n);
@@ -85,6 +99,7 @@ void MetricsHttpServer::Reap(bool all) {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if (all || (*it)->done.load()) {
       (*it)->thread.join();
+      ::close((*it)->fd);
       it = connections_.erase(it);
     } else {
       ++it;
@@ -100,15 +115,15 @@ void MetricsHttpServer::Loop() {
     if (ready <= 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    if (connections_.size() >= kMaxConnections) {
-      ::close(fd);  // overloaded: refuse rather than queue behind slow clients
+    if (!MakeRoom()) {
+      ::close(fd);  // every connection is writing an answer: refuse rather than queue
       continue;
     }
     auto conn = std::make_unique<Connection>();
     Connection* c = conn.get();
-    c->thread = std::thread([this, fd, c] {
-      Serve(fd);
-      ::close(fd);
+    c->fd = fd;
+    c->thread = std::thread([this, c] {
+      Serve(c);
       c->done = true;
     });
     connections_.push_back(std::move(conn));
@@ -116,16 +131,36 @@ void MetricsHttpServer::Loop() {
   Reap(/*all=*/true);
 }
 
-void MetricsHttpServer::Serve(int fd) {
+bool MetricsHttpServer::MakeRoom() {
+  size_t live = 0;
+  Connection* oldest_reading = nullptr;
+  for (const auto& c : connections_) {  // oldest first: connections_ is in accept order
+    if (c->shed || c->done.load()) continue;
+    ++live;
+    if (oldest_reading == nullptr && c->reading.load()) oldest_reading = c.get();
+  }
+  if (live < kMaxConnections) return true;
+  if (oldest_reading == nullptr) return false;
+  // Its thread's poll/recv returns at once; the fd stays open until Reap joins the thread.
+  ::shutdown(oldest_reading->fd, SHUT_RDWR);
+  oldest_reading->shed = true;
+  return true;
+}
+
+void MetricsHttpServer::Serve(Connection* c) {
+  const int fd = c->fd;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kRequestDeadlineMs);
   std::string request;
   char buf[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, kIoTimeoutMs) <= 0) return;  // slow or silent client: drop it
+    const int left = MsLeft(deadline);  // a total deadline: trickled bytes do not extend it
+    if (left == 0 || ::poll(&p, 1, left) <= 0) return;  // slow or silent client: drop it
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) return;
     request.append(buf, static_cast<size_t>(n));
   }
+  c->reading = false;
   const size_t line_end = request.find("\r\n");
   const std::string line = request.substr(0, line_end);
   const size_t sp1 = line.find(' ');

@@ -1,8 +1,12 @@
 // A minimal HTTP/1.1 server for Prometheus scrapes: GET /metrics answers 200 with the text
 // exposition format (version 0.0.4) produced by a render callback; any other path gets 404,
 // any other method 405. One thread accepts; each connection is served on its own short-lived
-// thread (at most kMaxConnections at once; more are closed at once), so a client that opens a
-// connection and sends nothing only ties up its own thread until the 5 s I/O timeout.
+// thread. A request has a total deadline (kRequestDeadlineMs to arrive, kWriteDeadlineMs for
+// the answer), not an idle timeout that a byte every few seconds restarts. At most
+// kMaxConnections are served at once; when a new connection comes and all are taken, the
+// oldest one still reading its request is shed (shut down), so clients trickling bytes can
+// never keep a scrape out (issue 16 item 6). Only when every connection is already writing its
+// answer is the new one closed.
 //
 // Why not prometheus-cpp's Exposer: it runs civetweb, whose worker threads get a fixed
 // 100 KB stack; in CUDA builds the static TLS of cuBLAS/cuBLASLt alone is ~107 KB, so
@@ -40,12 +44,19 @@ class MetricsHttpServer {
   /// One connection being served; `done` is set by its thread when it finishes.
   struct Connection {
     std::thread thread;
+    int fd = -1;                      ///< closed by the accept thread after the join
+    std::atomic<bool> reading{true};  ///< still reading its request (may be shed)
     std::atomic<bool> done{false};
+    bool shed = false;  ///< accept thread only
   };
-  static constexpr size_t kMaxConnections = 32;
+  static constexpr size_t kMaxConnections = 64;
+
+  /// Accept thread: makes room for one more connection by shedding the oldest one still
+  /// reading; false when every served connection is writing its answer.
+  bool MakeRoom();
 
   void Loop();
-  void Serve(int fd);
+  void Serve(Connection* c);
   /// Joins connections whose thread has finished (all when `all`).
   void Reap(bool all);
 

@@ -1,5 +1,6 @@
 #include "security/call_gate.h"
 
+#include "common/client_text.h"
 #include "security/tensor_limit.h"
 
 namespace attn::security {
@@ -7,7 +8,7 @@ namespace attn::security {
 grpc::Status CallGate::CheckRequest(const google::protobuf::Message& request) const {
   const Status s = CheckTensorElements(request, max_tensor_elements_);
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), CapStatusMessage(s.message()));
 }
 
 grpc::Status CallGate::Admit(const grpc::ServerContextBase& context,

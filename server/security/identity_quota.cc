@@ -1,10 +1,13 @@
 #include "security/identity_quota.h"
 
+#include "common/client_text.h"
+
 namespace attn::security {
 namespace {
 
 std::string Who(const std::string& identity) {
-  return identity.empty() ? std::string("anonymous identity") : "identity \"" + identity + "\"";
+  return identity.empty() ? std::string("anonymous identity")
+                          : "identity \"" + EchoClientText(identity) + "\"";
 }
 
 }  // namespace

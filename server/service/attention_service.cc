@@ -6,10 +6,12 @@
 #include <thread>
 
 #include "batching/attend_coalescer.h"
+#include "common/client_text.h"
 #include "metrics/metrics.h"
 #include "metrics/shadow_checker.h"
 #include "service/cancellable_reactor.h"
 #include "service/load_report.h"
+#include "validation/work_bound.h"
 #include "version.h"
 
 namespace attn {
@@ -37,7 +39,7 @@ attention::v1::CausalAlignment CausalToProto(CausalAlignment c) {
 
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), CapStatusMessage(s.message()));
 }
 
 // One Attend call; a BatchItem while queued. Finish() ends the RPC; the owner (the handler
@@ -47,16 +49,28 @@ struct AttentionServiceImpl::AttendCall final : BatchItem {
   grpc::CallbackServerContext* context = nullptr;
   const attention::v1::AttendRequest* request = nullptr;
   attention::v1::AttendResponse* response = nullptr;
-  grpc::ServerUnaryReactor* reactor = nullptr;
+  CancellableUnaryReactor* reactor = nullptr;
   ValidatedAttend validated;
   BackendChoice choice;
   Clock::time_point start;
   int64_t decode_us = 0;
   int metrics_backend = 0;  // Metrics backend index; 0 ("none") until a backend is chosen
+  int64_t request_bytes = 0;  // counted in inflight_bytes_ from admission until OnDone
 
   bool Cancelled() const override { return context->IsCancelled(); }
   std::chrono::system_clock::time_point deadline() const override { return context->deadline(); }
   void Drop(const Status& status) override { service->Finish(this, status); }
+  /// True when nobody waits for the result any more: cancelled, or past its deadline.
+  bool Abandoned() const { return Cancelled() || std::chrono::system_clock::now() >= deadline(); }
+  /// Why a computation stopped for this call (after the backend returned CANCELLED).
+  Status StopStatus() const {
+    if (std::chrono::system_clock::now() >= deadline()) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "deadline passed while computing; the computation was stopped");
+    }
+    return Status(StatusCode::kCancelled,
+                  "cancelled by the client while computing; the computation was stopped");
+  }
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
@@ -70,7 +84,10 @@ AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
       facts_(std::move(facts)),
       on_fault_(std::move(on_fault)),
       metrics_(metrics),
-      shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr) {
+      shadow_(shadow != nullptr && shadow->enabled() ? shadow : nullptr),
+      watchdog_(std::make_unique<WriteWatchdog>(
+          std::chrono::milliseconds(static_cast<int64_t>(config.response_write_timeout_s * 1e3)),
+          config.max_unsent_response_bytes)) {
   BatchSchedulerOptions batching;
   batching.policy.max_batch_tokens = config_.max_batch_tokens;
   batching.policy.max_batch_requests = config_.max_batch_requests;
@@ -119,8 +136,25 @@ void AttentionServiceImpl::Finish(AttendCall* call, const Status& status) {
     metrics_->ObserveRequest(metrics::Method::kAttend, call->metrics_backend, status.code(),
                              Seconds(call->start, Clock::now()));
   }
+  // The call stays in flight until its response is taken (OnDone). Until then it holds its
+  // request and its response, as message and serialized: counted against
+  // --max-unsent-response-bytes and bounded in time by the watchdog.
+  const int64_t held =
+      status.ok()
+          ? static_cast<int64_t>(call->request->ByteSizeLong() + 2 * call->response->ByteSizeLong())
+          : 0;
+  const WriteWatchdog::Ticket ticket = held > 0 ? watchdog_->Arm(call->context, held) : 0;
+  // Responses count from now on; the request was counted at admission.
+  const int64_t response_bytes =
+      status.ok() ? 2 * static_cast<int64_t>(call->response->ByteSizeLong()) : 0;
+  const int64_t counted = call->request_bytes + response_bytes;
+  inflight_bytes_.fetch_add(response_bytes);
+  call->reactor->SetOnDone([this, ticket, counted] {
+    watchdog_->Disarm(ticket);
+    inflight_bytes_.fetch_sub(counted);
+    CallDone();
+  });
   call->reactor->Finish(ToGrpc(status));
-  CallDone();
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
@@ -144,6 +178,16 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
     Finish(call, Unavailable("server is draining for shutdown; retry on another replica"));
     return reactor;
   }
+  // Memory bound: requests and responses held by calls in flight. Checked before this call
+  // is added, so one call of any size is admitted while the total is under the bound.
+  call->request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  const int64_t held_before = inflight_bytes_.fetch_add(call->request_bytes);
+  if (config_.max_inflight_bytes > 0 && held_before > config_.max_inflight_bytes) {
+    Finish(call, ResourceExhausted("Attend calls in flight hold " + std::to_string(held_before) +
+                                   " bytes of requests and responses, over --max-inflight-bytes=" +
+                                   std::to_string(config_.max_inflight_bytes) + "; retry later"));
+    return reactor;
+  }
   auto validated = ValidateAttend(*request);
   if (!validated.ok()) {
     Finish(call, validated.status());
@@ -159,6 +203,16 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
   call->choice = *choice;
   for (const auto& [b, index] : metrics_backends_) {
     if (b == call->choice.backend) call->metrics_backend = index;
+  }
+  bool on_cpu = false;
+  for (const auto& [b, device] : backend_devices_) {
+    if (b == call->choice.backend) on_cpu = device == "cpu";
+  }
+  if (Status s = CheckWorkBound(call->validated, on_cpu,
+                                {config_.max_cpu_score_pairs, config_.max_gpu_flops});
+      !s.ok()) {
+    Finish(call, s);
+    return reactor;
   }
   call->decode_us = Us(call->start, Clock::now());
   call->signature = AttendSignature(call->validated, call->choice.backend->name());
@@ -183,7 +237,19 @@ void AttentionServiceImpl::RunBatch(std::vector<std::unique_ptr<BatchItem>>& bat
     auto packed = PackedAttend::Pack(parts);
     Status s = packed.ok() ? backend->Supports(packed->shape()) : packed.status();
     ExecuteTimes times;
-    if (s.ok()) s = backend->Execute(packed->shape(), packed->Tensors(), &times);
+    // The launch stops (cpu reference) once every call in it is abandoned.
+    auto all_abandoned = [&calls] {
+      for (const AttendCall* c : calls) {
+        if (!c->Abandoned()) return false;
+      }
+      return true;
+    };
+    if (s.ok())
+      s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
+    if (s.code() == StatusCode::kCancelled) {
+      for (AttendCall* c : calls) Finish(c, c->StopStatus());
+      return;
+    }
     if (s.ok()) {
       const int64_t n = static_cast<int64_t>(calls.size());
       const int64_t tokens = packed->query_tokens();
@@ -259,7 +325,9 @@ void AttentionServiceImpl::RunAttend(AttendCall* call) {
     lse_ptr = reinterpret_cast<float*>(lse->mutable_data()->data());
   }
   ExecuteTimes times;
-  Status s = call->choice.backend->Execute(shape, v.Tensors(o_data->data(), lse_ptr), &times);
+  Status s = call->choice.backend->ExecuteUntil(
+      shape, v.Tensors(o_data->data(), lse_ptr), [call] { return call->Abandoned(); }, &times);
+  if (s.code() == StatusCode::kCancelled) s = call->StopStatus();
   if (!s.ok()) {
     call->response->Clear();
     if (s.code() == StatusCode::kInternal && on_fault_) on_fault_();

@@ -7,8 +7,15 @@
 // coalesced into one varlen launch (batching/attend_coalescer.h) and the outputs scattered
 // back; a batch of one runs straight into the response's buffers. Cancelled calls and calls
 // past their deadline are dropped before launch. The ExecutionReport gives the batch size,
-// batch tokens and queue time of the launch the call ran in. While draining, new calls get UNAVAILABLE and in-flight calls finish.
-// A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
+// batch tokens and queue time of the launch the call ran in. While draining, new calls get
+// UNAVAILABLE and in-flight calls finish. Bounds (issue 16): a call whose estimated work is over
+// its backend kind's bound (validation/work_bound.h) gets RESOURCE_EXHAUSTED before queueing; the
+// cpu reference stops between chunks of rows once every caller of its launch is gone or past its
+// deadline. A call stays in flight until its response has been taken by the client (OnDone);
+// answered calls whose responses are not taken hold at most --max-unsent-response-bytes (above it
+// the oldest are cancelled) for at most --response-write-timeout-s (then cancelled):
+// write_watchdog.h. A call arriving while calls in flight hold more request and response bytes
+// than --max-inflight-bytes gets RESOURCE_EXHAUSTED. A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 
@@ -29,6 +36,7 @@
 #include "config/server_config.h"
 #include "security/call_gate.h"
 #include "service/worker_pool.h"
+#include "service/write_watchdog.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
@@ -88,6 +96,15 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   /// Attend calls waiting in the batching queue, and their query tokens.
   int64_t queued_requests() const { return batcher_->queued_requests(); }
   int64_t queued_tokens() const { return batcher_->queued_tokens(); }
+  /// Bytes held by answered calls whose clients have not taken their responses yet (the
+  /// request plus the response, as message and serialized).
+  int64_t unsent_response_bytes() const { return watchdog_->held_bytes(); }
+  /// Bytes of requests and responses held by Attend calls in flight (--max-inflight-bytes).
+  int64_t inflight_bytes() const { return inflight_bytes_.load(); }
+  /// Answered calls cancelled because their response was not taken in time or in bytes.
+  int64_t write_timeouts() const { return watchdog_->cancelled(); }
+  /// Drops every queued (not yet started) Attend call with `why`; returns how many.
+  int64_t RefuseQueued(const Status& why) { return batcher_->RefuseQueued(why); }
   /// The batching stage (for tests, GetLoad and shutdown).
   BatchScheduler* batcher() { return batcher_.get(); }
 
@@ -115,6 +132,8 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   std::atomic<bool> draining_{false};
   const LoadReporter* load_ = nullptr;  // GetLoad; null: UNIMPLEMENTED
   std::atomic<int64_t> in_flight_{0};
+  std::unique_ptr<WriteWatchdog> watchdog_;
+  std::atomic<int64_t> inflight_bytes_{0};  // requests + responses of calls not yet done
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
   std::unique_ptr<BatchScheduler> batcher_;  // last: its threads stop first

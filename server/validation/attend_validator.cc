@@ -1,8 +1,11 @@
 #include "validation/attend_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
+
+#include "common/client_text.h"
 
 namespace attn {
 namespace {
@@ -11,12 +14,9 @@ using attention::v1::AttendRequest;
 using attention::v1::Tensor;
 using kernels::DType;
 
+// The shape as the client sent it; long shapes are cut (common/client_text.h).
 std::string ShapeString(const Tensor& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < t.shape_size(); ++i) s << (i ? "," : "") << t.shape(i);
-  s << "]";
-  return s.str();
+  return EchoList(t.shape_size(), [&t](int64_t i) { return t.shape(static_cast<int>(i)); });
 }
 
 // Element count with overflow detection (caps at 2^62).
@@ -319,15 +319,24 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
     out.lse_shape = {s.batch, s.num_heads, s.max_q_len};
   }
   // FLOPs: 4·Σ_b T_b·S_b·N·H, halved for causal masks (DESIGN.md §10).
+  const double causal_share = s.mask.causal == kernels::CausalAlignment::kNone ? 1.0 : 0.5;
+  // A band narrower than S caps the keys per row at window_left + window_right + 1.
+  const bool banded = s.mask.window_left >= 0 && (s.mask.window_right >= 0 ||
+                                                  s.mask.causal != kernels::CausalAlignment::kNone);
+  const double band = banded ? static_cast<double>(s.mask.window_left) +
+                                   std::max<int64_t>(s.mask.window_right, 0) + 1
+                             : 0;
   double pairs = 0;
+  double visited = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     const double tb = out.q_lengths.empty() ? s.max_q_len : out.q_lengths[b];
     const double sb = out.kv_lengths.empty() ? s.max_kv_len : out.kv_lengths[b];
     pairs += tb * sb;
+    visited += banded ? std::min(tb * sb * causal_share, tb * band) : tb * sb * causal_share;
     out.query_tokens += static_cast<int64_t>(tb);
   }
-  out.flops = 4.0 * pairs * s.num_heads * s.head_dim *
-              (s.mask.causal == kernels::CausalAlignment::kNone ? 1.0 : 0.5);
+  out.flops = 4.0 * pairs * s.num_heads * s.head_dim * causal_share;
+  out.score_pairs = visited * s.num_heads;
   return out;
 }
 

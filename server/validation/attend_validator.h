@@ -38,6 +38,9 @@ struct ValidatedAttend {
   std::vector<int64_t> o_shape;      ///< q's shape
   std::vector<int64_t> lse_shape;    ///< (B,N,T) or (N,total_q)
   double flops = 0;                  ///< 4·Σ_b T_b·S_b·N·H, halved when causal
+  /// Query-key pairs scored: Σ_b T_b·S_b·N, halved when causal, at most T_b·(window width)·N
+  /// per entry with a window. The cost the cpu backend's work bound counts.
+  double score_pairs = 0;
   int64_t query_tokens = 0;          ///< Σ_b T_b
 
   /// Host tensors over this object's buffers with outputs `o` and `lse` (may be null).

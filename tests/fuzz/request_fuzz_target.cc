@@ -20,7 +20,10 @@
 // Built two ways (tests/fuzz/CMakeLists.txt): with clang's -fsanitize=fuzzer as the fuzzer
 // (scripts/fuzz.sh), and with replay_main.cc as a plain program that replays files (the
 // regression test, any compiler).
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -29,8 +32,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/stubs/logging.h>
 
 #include "attention/v1/attention.pb.h"
 #include "attention/v1/sequence.pb.h"
@@ -43,6 +44,7 @@
 #include "memory/host_pool.h"
 #include "validation/attend_validator.h"
 #include "validation/sequence_validator.h"
+#include "validation/work_bound.h"
 
 namespace {
 
@@ -145,6 +147,15 @@ void FuzzAttend(World& w, const uint8_t* data, size_t size) {
               "padded lengths outside the tensor");
     }
   }
+  // The work bound (issue 16): the estimate is finite, never negative, at most T·S·N per
+  // entry, and the bound refuses only with RESOURCE_EXHAUSTED.
+  Require(v->score_pairs >= 0 && v->flops >= 0, "negative work estimate");
+  Require(v->score_pairs <=
+              static_cast<double>(s.batch) * s.max_q_len * s.max_kv_len * s.num_heads * (1 + 1e-9),
+          "score pairs above B·T·S·N");
+  const Status bound = attn::CheckWorkBound(*v, true, {1e6, 1e9});
+  Require(bound.ok() || bound.code() == attn::StatusCode::kResourceExhausted,
+          "work bound refused with a code other than RESOURCE_EXHAUSTED");
   auto choice = w.registry.Resolve(r.backend(), "cpu", s);
   if (!choice.ok()) return;
   if (v->flops > kMaxExecuteFlops || v->o_bytes > (1u << 20)) return;
@@ -156,6 +167,16 @@ void FuzzAttend(World& w, const uint8_t* data, size_t size) {
                                        &times);
   Require(st.ok() || st.code() != attn::StatusCode::kInternal,
           "cpu backend returned INTERNAL for a validated request");
+  // Stopped part-way (the first byte picks after how many checks): CANCELLED or done, and
+  // never a write outside the outputs (ASan).
+  if (!st.ok()) return;
+  const int stop_after = size > 0 ? data[0] % 4 : 0;
+  std::atomic<int> checks{0};
+  st = choice->backend->ExecuteUntil(
+      s, v->Tensors(o.data(), lse.empty() ? nullptr : lse.data()),
+      [&checks, stop_after] { return checks.fetch_add(1) >= stop_after; }, &times);
+  Require(st.ok() || st.code() == attn::StatusCode::kCancelled,
+          "a stopped cpu computation returned neither OK nor CANCELLED");
 }
 
 /// Splits [ops][len:2][create][rest].

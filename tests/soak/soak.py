@@ -9,6 +9,9 @@ Load (--workers threads, each picking actions at random, seeded):
                 varlen lengths → INVALID_ARGUMENT / FAILED_PRECONDITION
   attend_deadline  deadlines of 1-100 µs → DEADLINE_EXCEEDED (or a correct result)
   attend_cancel    cancelled after 0-3 ms → CANCELLED (or a correct result)
+  attend_over_budget  over --max-cpu-score-pairs (10^6 here) → RESOURCE_EXHAUSTED naming the flag
+  slow_reader   two Attend calls on raw HTTP/2 that never reads, then the client goes away (only
+                with the h2 package; the report's counts show whether it ran)
   lifecycle     CreateSequence → prefill every layer → decode steps through Extend, ExtendBatch
                 and ExtendStream → ForkSequence (+ a step on the child) → TruncateSequence (+ a
                 step) → a step under a tiny deadline and a stream cancelled mid-way (the length
@@ -51,9 +54,18 @@ from attention_client._pb import attention_pb2_grpc as pb_grpc  # noqa: E402
 from attention_client._pb import sequence_pb2 as spb  # noqa: E402
 from attention_client._pb import sequence_pb2_grpc as spb_grpc  # noqa: E402
 
+try:  # slow readers need raw HTTP/2 (the h2 package, scripts/bootstrap.sh installs it)
+    import h2  # noqa: F401
+    from test_slow_readers import StalledConnection  # noqa: E402
+except ImportError:
+    StalledConnection = None
+
 TOL = 1e-5  # fp32 (DESIGN.md §4)
 SERVER_ARGS = ["--threads", "4", "--cpu-threads", "1", "--kv-cache-bytes", str(64 << 20),
-               "--max-queue-requests", "256", "--log-level", "warn"]
+               "--max-queue-requests", "256", "--log-level", "warn",
+               # Work bound (issue 16): far above every problem attend_problem() makes (at most
+               # ~2,300 pairs), below the one attend_over_budget sends.
+               "--max-cpu-score-pairs", "1000000", "--response-write-timeout-s", "5"]
 
 
 class Failure(Exception):
@@ -88,6 +100,7 @@ class Worker:
         self.stats = stats
         self.deadline = deadline
         self.identity = f"soak-{wid}"
+        self.target = target
         self.client = AttentionClient(target, timeout=60, identity=self.identity)
         self.other = AttentionClient(target, timeout=60, identity=f"soak-other-{wid}")
         self.attn = pb_grpc.AttentionServiceStub(self.client._channel)
@@ -219,6 +232,37 @@ class Worker:
                 self.stats.add("attend_cancel", e.code().name)
             else:
                 raise Failure(f"attend_cancel: unexpected {e.code().name}")
+
+    def attend_over_budget(self):
+        """A call over --max-cpu-score-pairs: RESOURCE_EXHAUSTED naming the flag, nothing else."""
+        t = self.py.randint(1001, 1400)  # t·t pairs > 10^6
+        x = self.randn(1, t, 1, 8)
+        req = self.client.build_request(q=x, k=x, v=x, backend="cpu")
+        try:
+            self.attn.Attend(req, timeout=30)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and \
+                    "--max-cpu-score-pairs" in e.details():
+                self.stats.add("attend_over_budget", "RESOURCE_EXHAUSTED")
+                return
+            raise Failure(f"attend_over_budget: unexpected {e.code().name}: {e.details()[:200]}")
+        raise Failure("attend_over_budget: a call over the work bound was computed")
+
+    def slow_reader(self):
+        """Two Attend calls (64 KiB responses) on a raw HTTP/2 connection whose window stays
+        0, then the client goes away: the server must free them (leak checks at the end)."""
+        q = self.randn(1, 64, 4, 64)
+        kv = self.randn(1, 8, 4, 64)
+        t = lambda a: pb.Tensor(dtype=pb.FLOAT32, shape=list(a.shape), data=a.tobytes())  # noqa
+        msg = pb.AttendRequest(q=t(q), k=t(kv), v=t(kv), backend="cpu").SerializeToString()
+        body = b"\x00" + len(msg).to_bytes(4, "big") + msg
+        c = StalledConnection(int(self.target.rsplit(":", 1)[1]))
+        try:
+            c.send_calls(2, body, time.time() + 10)
+            time.sleep(self.py.uniform(0, 0.3))
+        finally:
+            c.close()
+        self.stats.add("slow_reader", "abandoned")
 
     # -- sequences ---------------------------------------------------------------------------
     def step_req(self, sid, layer, pos, q, k, v):
@@ -438,11 +482,12 @@ class Worker:
                     seq.release()
 
     ACTIONS = [("attend", 30), ("attend_bad", 10), ("attend_deadline", 8), ("attend_cancel", 8),
-               ("lifecycle", 30), ("sequence_bad", 10)]
+               ("attend_over_budget", 3), ("lifecycle", 30), ("sequence_bad", 10)]
 
     def run(self):
-        names = [a for a, _ in self.ACTIONS]
-        weights = [w for _, w in self.ACTIONS]
+        actions = self.ACTIONS + ([("slow_reader", 2)] if StalledConnection is not None else [])
+        names = [a for a, _ in actions]
+        weights = [w for _, w in actions]
         try:
             while time.time() < self.deadline:
                 action = self.py.choices(names, weights)[0]

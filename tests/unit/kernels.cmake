@@ -15,3 +15,8 @@ if(ATTN_CUDA)
   target_link_libraries(attn_fused_paged_plan_test PRIVATE attn_kernels GTest::gtest_main)
   gtest_discover_tests(attn_fused_paged_plan_test DISCOVERY_TIMEOUT 60)
 endif()
+
+# The cpu reference's StopCheck (cancellation between chunks of rows).
+add_executable(attn_cpu_stop_test ${CMAKE_CURRENT_LIST_DIR}/cpu_stop_test.cc)
+target_link_libraries(attn_cpu_stop_test PRIVATE attn_kernels GTest::gtest_main)
+gtest_discover_tests(attn_cpu_stop_test DISCOVERY_TIMEOUT 60)

@@ -4,9 +4,11 @@ if(ATTN_SERVER)
   add_executable(server_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/attend_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/backend_registry_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_text_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/range_allocator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/wide_window_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/work_bound_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/worker_pool_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/unix_socket_test.cc)
   target_link_libraries(server_unit_test PRIVATE attn_runtime GTest::gtest_main)

@@ -5,10 +5,18 @@
 // Thread-safety: reentrant; each call uses its own threads (up to `num_threads`, 0 = hardware).
 #pragma once
 
+#include <functional>
+
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
 
 namespace attn::kernels {
+
+/// Asked by the computing threads between chunks of rows (about every 2^20 multiply-adds, a
+/// millisecond or so): returning true stops the computation, which returns CANCELLED with the
+/// outputs partly written. Called concurrently from several threads: must be thread-safe and
+/// cheap. Empty: never stops. The kernels know nothing of why (a client gone, a deadline).
+using StopCheck = std::function<bool()>;
 
 /// Checks that the CPU reference can run `shape` (dtype, head counts, sizes); reason if not.
 Status CpuSupports(const AttentionShape& shape);
@@ -16,7 +24,9 @@ Status CpuSupports(const AttentionShape& shape);
 /// Computes attention into t.o (input dtype, rounded once from float64) and t.lse (float32, when
 /// shape.return_lse). Rows past q_lengths[b] and rows with no key are zero (lse -inf).
 /// Errors: INVALID_ARGUMENT if CpuSupports fails or a required pointer is null.
-Status CpuAttention(const AttentionShape& shape, const AttentionTensors& t, int num_threads = 0);
+/// `should_stop` (may be empty): see StopCheck; when it says stop, returns CANCELLED.
+Status CpuAttention(const AttentionShape& shape, const AttentionTensors& t, int num_threads = 0,
+                    const StopCheck& should_stop = {});
 
 /// Same computation with float64 outputs: `o` has q's layout (double), `lse` (nullable) has the
 /// lse layout (double). Used as the parity harness's reference and by tests.

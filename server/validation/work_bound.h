@@ -1,0 +1,27 @@
+// The work bound of one Attend call (issue 16 item 1): a request's estimated cost on the
+// backend it resolved to, against a per-backend-kind bound, so that no single call can hold
+// a worker for minutes. The cpu reference is bounded in query-key pairs scored (its time is
+// about pairs × (H + a few exp/loads); 2^30 pairs is ~10 s of one core at H = 1), the GPU
+// backends in FLOPs (2.5e14 is well under a second of an H200's tensor cores).
+// Defaults admit the largest requests frontends send on purpose: a 32 × 512-token packed
+// causal prefill with 64 heads is 2.7e8 pairs on cpu; a 32k-token prefill with 64 heads of
+// dim 128 is 3.5e13 FLOPs dense on a GPU.
+// Pure function; thread-safe.
+#pragma once
+
+#include "attn/kernels/status.h"
+#include "validation/attend_validator.h"
+
+namespace attn {
+
+/// Bounds per Attend call; 0 = unlimited.
+struct WorkBounds {
+  double max_cpu_score_pairs = 0;  ///< --max-cpu-score-pairs
+  double max_gpu_flops = 0;        ///< --max-gpu-flops
+};
+
+/// Ok when `v` fits the bound of its backend kind (`on_cpu`: the cpu reference, else a GPU
+/// backend). Errors: RESOURCE_EXHAUSTED naming the estimate, the bound and its flag.
+Status CheckWorkBound(const ValidatedAttend& v, bool on_cpu, const WorkBounds& bounds);
+
+}  // namespace attn

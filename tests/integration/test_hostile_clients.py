@@ -1,0 +1,175 @@
+"""Hostile and careless clients (issue 16 items 1, 7, 8, 11) against the real server binary on
+loopback, each bounded in time:
+
+1. Work per call: the issue's repro (q = k = v of shape (1, 60000, 1, 1), float32, cpu) gets
+   RESOURCE_EXHAUSTED naming --max-cpu-score-pairs; with the bound off, two such calls
+   abandoned by their client (1 s deadline) stop computing, so a tiny call from another client
+   is answered right after their deadline instead of after their ~40 s of work.
+7. Echoed client text is cut: a 20 KB backend name gets INVALID_ARGUMENT (not the
+   RESOURCE_EXHAUSTED that an over-long status text turns into) with a short message.
+8. At the drain timeout, calls that were queued but never started get UNAVAILABLE
+   ("draining"), not a closed socket.
+11. Invalid UTF-8 in a string field: with --log-format json every line the server writes is
+   JSON (libprotobuf's complaint included).
+
+Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_hostile_clients.py
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from server_proc import ServerProc, pb, pb_grpc  # noqa: E402
+
+
+def tensor(a):
+    return pb.Tensor(dtype=pb.FLOAT32, shape=list(a.shape), data=a.astype(np.float32).tobytes())
+
+
+def attend_request(q, k, v, backend="cpu"):
+    return pb.AttendRequest(q=tensor(q), k=tensor(k), v=tensor(v), backend=backend)
+
+
+def repro_request():
+    x = np.random.default_rng(0).standard_normal((1, 60000, 1, 1))
+    return attend_request(x, x, x)
+
+
+def tiny_request():
+    x = np.ones((1, 4, 1, 1))
+    return attend_request(x, x, x)
+
+
+def test_over_budget_cpu_call_is_refused_naming_the_flag():
+    with ServerProc("--threads", "2") as server:
+        stub = pb_grpc.AttentionServiceStub(server.channel)
+        t0 = time.time()
+        try:
+            stub.Attend(repro_request(), timeout=30)
+            raise AssertionError("the repro call was computed")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+            assert "--max-cpu-score-pairs" in e.details(), e.details()
+        assert time.time() - t0 < 5, "refused only after computing"
+        stub.Attend(tiny_request(), timeout=10)
+
+
+def test_abandoned_cpu_calls_stop_and_do_not_delay_other_clients():
+    with ServerProc("--threads", "2", "--cpu-threads", "1", "--max-cpu-score-pairs", "0") as server:
+        big = repro_request()
+        outcomes = []
+        sent = time.time()
+
+        def abandoned():
+            with grpc.insecure_channel(server.target) as ch:
+                try:
+                    pb_grpc.AttentionServiceStub(ch).Attend(big, timeout=1.0)
+                    outcomes.append("OK")
+                except grpc.RpcError as e:
+                    outcomes.append(e.code().name)
+
+        threads = [threading.Thread(target=abandoned) for _ in range(2)]
+        for th in threads:
+            th.start()
+        time.sleep(0.3)  # both are computing (each holds one of the 2 batch threads)
+        with grpc.insecure_channel(server.target) as ch:
+            stub = pb_grpc.AttentionServiceStub(ch)
+            stub.Attend(tiny_request(), timeout=30)
+            done = time.time()
+        for th in threads:
+            th.join(timeout=10)
+        assert outcomes == ["DEADLINE_EXCEEDED"] * 2, outcomes
+        late = done - (sent + 1.0)
+        # ~40 s without the stop; the bound leaves room for a loaded 2-core CI machine.
+        assert late < 0.5, f"tiny call answered {late:.3f} s after the big calls' deadline"
+        # The workers are free again: a second tiny call is immediate.
+        t0 = time.time()
+        pb_grpc.AttentionServiceStub(server.channel).Attend(tiny_request(), timeout=10)
+        assert time.time() - t0 < 0.5
+
+
+def test_long_backend_name_is_invalid_argument_with_a_short_message():
+    with ServerProc() as server:
+        req = tiny_request()
+        req.backend = "b" * 20000
+        try:
+            pb_grpc.AttentionServiceStub(server.channel).Attend(req, timeout=10)
+            raise AssertionError("accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details()[:200])
+            assert len(e.details()) < 1024, len(e.details())
+            assert "(20000 bytes)" in e.details(), e.details()
+
+
+def test_queued_calls_get_unavailable_at_the_drain_timeout():
+    server = ServerProc("--threads", "1", "--cpu-threads", "1", "--drain-timeout-s", "1",
+                        "--max-cpu-score-pairs", "0")
+    try:
+        results = {}
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((1, 8192, 8, 64))
+        long_req = attend_request(x, x, x)
+
+        def call(name, req):
+            with grpc.insecure_channel(server.target) as ch:
+                try:
+                    pb_grpc.AttentionServiceStub(ch).Attend(req, timeout=60)
+                    results[name] = ("OK", "")
+                except grpc.RpcError as e:
+                    results[name] = (e.code().name, e.details())
+
+        threads = [threading.Thread(target=call, args=("long", long_req))]
+        threads[0].start()
+        time.sleep(2.0)  # the long call computes on the only batch thread
+        for i in range(3):
+            y = np.ones((1, 2 + i, 2, 8))  # distinct shapes: queued behind it
+            threads.append(threading.Thread(target=call, args=(f"queued{i}", attend_request(y, y, y))))
+            threads[-1].start()
+        time.sleep(1.0)
+        assert not results, f"calls ended before SIGTERM: {results}"
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=30)
+        for th in threads:
+            th.join(timeout=30)
+        assert code == 3, f"exit {code}: {server.log()[-2000:]}"
+        for i in range(3):
+            status, details = results[f"queued{i}"]
+            assert status == "UNAVAILABLE" and "draining" in details, results
+    finally:
+        server.stop(sig=signal.SIGKILL)
+
+
+def test_invalid_utf8_in_a_string_field_logs_json_only():
+    server = ServerProc("--log-format", "json", "--log-level", "info")
+    try:
+        # AttendRequest with field 9 (backend, a string) holding bytes that are not UTF-8.
+        raw = bytes([0x4A, 0x02, 0xFF, 0xFE])
+        call = server.channel.unary_unary("/attention.v1.AttentionService/Attend",
+                                          request_serializer=lambda b: b,
+                                          response_deserializer=lambda b: b)
+        try:
+            call(raw, timeout=10)
+            raise AssertionError("a request with invalid UTF-8 was accepted")
+        except grpc.RpcError as e:
+            assert e.code() != grpc.StatusCode.OK
+        assert server.stop() == 0
+        with open(server.log_path, errors="replace") as f:
+            lines = [ln for ln in f.read().splitlines() if ln.strip()]
+        assert lines, "no log"
+        bad = []
+        for ln in lines:
+            try:
+                json.loads(ln)
+            except ValueError:
+                bad.append(ln)
+        assert not bad, f"non-JSON log lines: {bad[:3]}"
+        assert any("invalid UTF-8" in json.loads(ln).get("msg", "") for ln in lines), lines[-5:]
+    finally:
+        server.stop(sig=signal.SIGKILL)

@@ -1,0 +1,95 @@
+// The per-call work bound (issue 16 item 1): the issue's repro is refused on cpu naming the
+// flag; the largest requests frontends send on purpose pass with the default bounds.
+#include "validation/work_bound.h"
+
+#include <gtest/gtest.h>
+
+#include "config/server_config.h"
+
+namespace attn {
+namespace {
+
+void Fill(attention::v1::Tensor* t, std::vector<int64_t> shape) {
+  t->set_dtype(attention::v1::BFLOAT16);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t->add_shape(d);
+    n *= d;
+  }
+  t->mutable_data()->assign(n * 2, '\0');
+}
+
+WorkBounds Defaults() {
+  const ServerConfig c;
+  return {c.max_cpu_score_pairs, c.max_gpu_flops};
+}
+
+TEST(WorkBound, IssueReproIsRefusedOnCpuNamingTheFlag) {
+  attention::v1::AttendRequest r;  // q = k = v of shape (1, 60000, 1, 1), float32
+  for (auto* t : {r.mutable_q(), r.mutable_k(), r.mutable_v()}) {
+    t->set_dtype(attention::v1::FLOAT32);
+    for (int64_t d : {1, 60000, 1, 1}) t->add_shape(d);
+    t->mutable_data()->assign(60000 * 4, '\0');
+  }
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_DOUBLE_EQ(v->score_pairs, 3.6e9);
+  const Status s = CheckWorkBound(*v, /*on_cpu=*/true, Defaults());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max-cpu-score-pairs"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckWorkBound(*v, true, {0, 0}).ok()) << "0 means unlimited";
+}
+
+TEST(WorkBound, PackedPrefillOf32x512TokensPassesOnCpu) {
+  // 32 sequences × 512 tokens, causal, varlen, 64 heads: one layer's call. The pairs do not
+  // depend on the head dim, so H = 1 here keeps the test small; FLOPs scale with H (128).
+  attention::v1::AttendRequest r;
+  Fill(r.mutable_q(), {32 * 512, 64, 1});
+  Fill(r.mutable_k(), {32 * 512, 8, 1});
+  Fill(r.mutable_v(), {32 * 512, 8, 1});
+  r.set_layout(attention::v1::LAYOUT_VARLEN);
+  for (int i = 0; i < 32; ++i) {
+    r.add_q_lengths(512);
+    r.add_kv_lengths(512);
+  }
+  r.mutable_mask()->set_causal(attention::v1::CAUSAL_BOTTOM_RIGHT);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_DOUBLE_EQ(v->score_pairs, 32 * 512.0 * 512 / 2 * 64);
+  EXPECT_TRUE(CheckWorkBound(*v, true, Defaults()).ok());
+  v->flops *= 128;
+  EXPECT_TRUE(CheckWorkBound(*v, false, Defaults()).ok());
+}
+
+TEST(WorkBound, GpuPrefillOf32kTokensPassesAndAMuchBiggerOneIsRefused) {
+  attention::v1::AttendRequest r;  // B = 1, T = S = 32768, N = 64, K = 8, dense, H = 128
+  Fill(r.mutable_q(), {1, 32768, 64, 1});
+  Fill(r.mutable_k(), {1, 32768, 8, 1});
+  Fill(r.mutable_v(), {1, 32768, 8, 1});
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  v->flops *= 128;  // FLOPs scale with H: built with H = 1 to keep the request small
+  EXPECT_DOUBLE_EQ(v->flops, 4.0 * 32768 * 32768 * 64 * 128);
+  EXPECT_TRUE(CheckWorkBound(*v, false, Defaults()).ok());
+  WorkBounds tight = Defaults();
+  tight.max_gpu_flops = v->flops / 2;
+  const Status s = CheckWorkBound(*v, false, tight);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max-gpu-flops"), std::string::npos) << s.message();
+}
+
+TEST(WorkBound, WindowCapsThePairsCounted) {
+  attention::v1::AttendRequest r;  // T = S = 100000, causal with a 127-token window
+  Fill(r.mutable_q(), {1, 100000, 1, 8});
+  Fill(r.mutable_k(), {1, 100000, 1, 8});
+  Fill(r.mutable_v(), {1, 100000, 1, 8});
+  r.mutable_mask()->set_causal(attention::v1::CAUSAL_BOTTOM_RIGHT);
+  r.mutable_mask()->set_window_left(127);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_DOUBLE_EQ(v->score_pairs, 100000.0 * 128);
+  EXPECT_TRUE(CheckWorkBound(*v, true, Defaults()).ok());
+}
+
+}  // namespace
+}  // namespace attn
