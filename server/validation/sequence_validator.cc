@@ -113,7 +113,7 @@ std::string Utf8SafeEcho(std::string_view s, size_t max_bytes) {
 Status ValidateSequenceId(const std::string &id) {
   if (id.size() != 32 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return InvalidArgument("sequence_id: expected 32 lowercase hex digits, got \"" +
-                           EchoClientText(id, 64) + "\"");
+                           Utf8SafeEcho(id, kIdEchoBytes) + "\"");
   }
   return Status::Ok();
 }
@@ -217,8 +217,8 @@ Status ValidateExtendBatch(const pb::ExtendBatchRequest &r) {
                              std::to_string(step.layer()));
     }
     if (!ids.insert(step.sequence_id()).second) {
-      return InvalidArgument("steps: sequence " + EchoClientText(step.sequence_id()) +
-                             " appears twice");
+      return InvalidArgument("steps: sequence \"" + Utf8SafeEcho(step.sequence_id(), kIdEchoBytes) +
+                             "\" appears twice");
     }
   }
   return Status::Ok();
