@@ -8,6 +8,7 @@ import numpy as np
 
 from . import fastpath as _fp
 from . import tensors as _t
+from .ecosystems import head_count_hint
 from ._pb import attention_pb2 as pb
 from ._pb import attention_pb2_grpc as pb_grpc
 from ._pb import sequence_pb2 as spb
@@ -189,6 +190,8 @@ class AttentionClient:
                 layout = "(total,heads,H) varlen" if varlen else "(B,len,heads,H) padded"
                 raise InvalidArgument(f"{name} must be rank {want} {layout}; got shape "
                                       f"{a.shape}", None)
+        if not varlen:  # (B,N,T,H) arrays caught here get a layout hint, not a bare count
+            head_count_hint(qa.shape, ka.shape)
         if isinstance(causal, bool):
             raise InvalidArgument("causal must be None, 'top_left' or 'bottom_right' "
                                   "(not a bool: say which alignment)")
