@@ -8,9 +8,11 @@ layout hint of AttentionClient.attend for (B, N, T, H) arrays.
 Run: ATTN_SERVER_BIN=build-cpu/server/attention-server PYTHONPATH=client/python \
      python3 -m pytest -q tests/python/test_client_ecosystems.py
 """
+import asyncio
 import os
 import sys
 
+import grpc
 import numpy as np
 import pytest
 
@@ -194,6 +196,14 @@ def test_attend_hints_at_torch_layout(client):
     with pytest.raises(ac.InvalidArgument) as e:
         client.attend(q, k, k)
     assert "(B, T, N, H)" in str(e.value) and "torch_sdpa" in str(e.value)
+    assert "divisible by num_kv_heads" in str(e.value)   # the server's own message is kept
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and e.value.method == "Attend"
+
+    async def via_aio():
+        async with ac.AsyncAttentionClient(client.target, timeout=30) as c:
+            await c.attend(q, k, k)
+    with pytest.raises(ac.InvalidArgument, match=r"\(B, T, N, H\).*torch_sdpa"):
+        asyncio.run(via_aio())
     # The same counts in the right layout run, and a plain head-count error gets no hint.
     qt, kt = q.transpose(0, 2, 1, 3).copy(), k.transpose(0, 2, 1, 3).copy()
     o = client.attend(qt, kt, kt).o

@@ -12,27 +12,29 @@ server cannot compute exactly: they never drop an argument. Neither is different
 """
 import numpy as np
 
+from ._pb import attention_pb2 as pb
 from .errors import InvalidArgument
 
 _TORCH_HINT = ("if these are PyTorch SDPA's (B, N, T, H) arrays, transpose(1, 2) them or call "
                "attention_client.torch_sdpa")
 
 
-def head_count_hint(q_shape, k_shape):
-    """Client-side check of padded (B, T, N, H) / (B, S, K, H) head counts before sending.
+def layout_hint(err, req):
+    """The server's head-count error for an AttendRequest, with a layout hint when it fits.
 
-    Raises InvalidArgument naming the expected layout (B, T, N, H) and torch_sdpa when N % K != 0
-    but the shapes would fit PyTorch's (B, N, T, H) (q.shape[1] % k.shape[1] == 0, i.e. the
-    head and sequence axes look swapped). Otherwise returns None and the server validates."""
-    if len(q_shape) != 4 or len(k_shape) != 4:
-        return
-    n, kh = int(q_shape[2]), int(k_shape[2])
-    if kh > 0 and n % kh != 0 and int(k_shape[1]) > 0 and int(q_shape[1]) % int(k_shape[1]) == 0:
-        raise InvalidArgument(
-            f"q has {n} heads (q.shape[2]) and k has {kh} (k.shape[2]): num_heads must be "
-            f"divisible by num_kv_heads. The expected layout is (B, T, N, H) for q and "
-            f"(B, S, K, H) for k and v; got q {tuple(q_shape)}, k {tuple(k_shape)}, which fit "
-            f"(B, N, T, H): {_TORCH_HINT}")
+    err: the InvalidArgument Attend raised; req: the AttendRequest sent. When the request is
+    padded, the server refused N % K != 0 ("divisible by num_kv_heads") and the shapes would fit
+    PyTorch's (B, N, T, H) (q.shape[1] % k.shape[1] == 0: the head and sequence axes may be
+    swapped), returns a new InvalidArgument (same code and method) whose message adds that the
+    expected layout is (B, T, N, H) and names torch_sdpa. Otherwise returns err itself."""
+    qs, ks = list(req.q.shape), list(req.k.shape)
+    if (req.layout != pb.LAYOUT_PADDED or len(qs) != 4 or len(ks) != 4 or ks[1] <= 0
+            or qs[1] % ks[1] != 0 or "divisible by num_kv_heads" not in (err.details or "")):
+        return err
+    return InvalidArgument(
+        f"{err.details}. The expected layout is (B, T, N, H) for q and (B, S, K, H) for k and "
+        f"v; q {tuple(qs)} and k {tuple(ks)} also fit (B, N, T, H): {_TORCH_HINT}",
+        err.code, err.method)
 
 
 def _refuse(what):
@@ -54,7 +56,7 @@ def torch_sdpa(client, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
     enable_gqa, N % K != 0), kw causal/window/varlen/q_lengths/kv_lengths/return_lse, and
     inputs needing autograd (the server's result carries no gradient).
     """
-    import torch  # noqa: F401 - torch tensors in, torch tensor out
+    import torch
     if attn_mask is not None:
         _refuse("torch_sdpa: attn_mask is not supported (the server takes causal/band masks "
                 "only; use is_causal=True for the causal mask)")
