@@ -13,6 +13,7 @@ from .sequence import Sequence
 from .stream import ExtendStream
 from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
 from .replicas import ReplicaSet
+from .ecosystems import jax_dot_product_attention, torch_sdpa
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DataLoss,
                      DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NotFound,
                      OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
     "ExtendStream", "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
+    "torch_sdpa", "jax_dot_product_attention",
     "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",

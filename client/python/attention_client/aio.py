@@ -23,6 +23,7 @@ from . import fastpath as _fp
 from ._pb import attention_pb2 as pb
 from ._pb import sequence_pb2 as spb
 from .client import AttentionClient
+from .ecosystems import layout_hint
 from .errors import InvalidArgument, NotFound, Unavailable, from_code, from_rpc_error
 from .sequence import Sequence
 
@@ -73,7 +74,10 @@ class AsyncAttentionClient(AttentionClient):
         req = self.build_request(q, k, v, causal=causal, window=window, q_lengths=q_lengths,
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
                                  return_lse=return_lse, varlen=varlen, dtype=dtype)
-        resp = await self._call(self._attn.Attend, "Attend", req, timeout)
+        try:
+            resp = await self._call(self._attn.Attend, "Attend", req, timeout)
+        except InvalidArgument as e:  # (B,N,T,H) arrays: the message names the layout
+            raise layout_hint(e, req) from None
         return self._attend_result(resp, q, return_lse)
 
     async def create_sequence(self, num_layers, num_heads, num_kv_heads, head_dim, *,

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import fastpath as _fp
 from . import tensors as _t
+from .ecosystems import layout_hint
 from ._pb import attention_pb2 as pb
 from ._pb import attention_pb2_grpc as pb_grpc
 from ._pb import sequence_pb2 as spb
@@ -235,13 +236,18 @@ class AttentionClient:
         timeout: seconds (None: the client's default).
 
         Returns AttendResult(o, lse, report). Raises InvalidArgument (bad shapes, dtypes,
-        lengths, unknown backend; the server's message names the field), FailedPrecondition,
-        ResourceExhausted, DeadlineExceeded, Unavailable, Internal (AttentionError subclasses).
+        lengths, unknown backend; the server's message names the field; a head-count error
+        for arrays that fit PyTorch's (B,N,T,H) also names the expected layout and torch_sdpa
+        in attention_client.ecosystems), FailedPrecondition, ResourceExhausted,
+        DeadlineExceeded, Unavailable, Internal (AttentionError subclasses).
         """
         req = self.build_request(q, k, v, causal=causal, window=window, q_lengths=q_lengths,
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
                                  return_lse=return_lse, varlen=varlen, dtype=dtype)
-        resp = self._call(self._attn.Attend, "Attend", req, timeout)
+        try:
+            resp = self._call(self._attn.Attend, "Attend", req, timeout)
+        except InvalidArgument as e:  # (B,N,T,H) arrays: the message names the layout
+            raise layout_hint(e, req) from None
         return self._attend_result(resp, q, return_lse)
 
     @staticmethod
