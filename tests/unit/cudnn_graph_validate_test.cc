@@ -13,7 +13,7 @@ namespace {
 
 int64_t Load() {
   auto v = cudnn_detail::LoadCudnn("");
-  return v.ok() ? *v : 0;
+  return v.ok() ? v->version : 0;
 }
 
 class CudnnValidate : public ::testing::Test {
