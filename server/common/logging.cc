@@ -8,6 +8,25 @@
 #include <memory>
 
 namespace attn {
+
+const char* SeverityName(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace:
+    case spdlog::level::debug:
+      return "DEBUG";
+    case spdlog::level::info:
+      return "INFO";
+    case spdlog::level::warn:
+      return "WARNING";
+    case spdlog::level::err:
+      return "ERROR";
+    case spdlog::level::critical:
+      return "CRITICAL";
+    default:
+      return "DEFAULT";
+  }
+}
+
 namespace {
 
 // Appends the log message JSON-escaped (RFC 8259 §7).
@@ -19,11 +38,21 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
     for (char ch : msg.payload) {
       const unsigned char c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': dest.append(std::string_view("\\\"")); break;
-        case '\\': dest.append(std::string_view("\\\\")); break;
-        case '\n': dest.append(std::string_view("\\n")); break;
-        case '\r': dest.append(std::string_view("\\r")); break;
-        case '\t': dest.append(std::string_view("\\t")); break;
+        case '"':
+          dest.append(std::string_view("\\\""));
+          break;
+        case '\\':
+          dest.append(std::string_view("\\\\"));
+          break;
+        case '\n':
+          dest.append(std::string_view("\\n"));
+          break;
+        case '\r':
+          dest.append(std::string_view("\\r"));
+          break;
+        case '\t':
+          dest.append(std::string_view("\\t"));
+          break;
         default:
           if (c < 0x20) {
             const char esc[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
@@ -36,6 +65,19 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
+// Appends Cloud Logging's severity name for the level (LogSeverity): trace and debug DEBUG, info
+// INFO, warn WARNING, err ERROR, critical CRITICAL.
+class CloudSeverity final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    dest.append(std::string_view(SeverityName(msg.level)));
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<CloudSeverity>();
   }
 };
 
@@ -69,12 +111,15 @@ Status ConfigureLogging(const std::string& level, const std::string& format) {
   if (lvl == spdlog::level::off && level != "off") {
     return InvalidArgument("--log-level: unknown level " + level);
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      "attn", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>("attn", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (format == "json") {
     auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    f->add_flag<JsonEscapedMessage>('*').set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","thread":%t,"msg":"%*"})");
+    f->add_flag<JsonEscapedMessage>('*');
+    f->add_flag<CloudSeverity>('&');
+    // Field names Cloud Logging (GKE) reads: severity, message, time (RFC 3339).
+    f->set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","severity":"%&","thread":%t,"message":"%*"})");
     logger->set_formatter(std::move(f));
   } else if (format == "text") {
     logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");

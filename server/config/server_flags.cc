@@ -1,18 +1,73 @@
 #include "config/server_flags.h"
 
-#include <cctype>
-
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstdlib>
+#include <string>
 
 #include "common/cli_finite.h"
+#include "config/byte_size.h"
+#include "config/flag_groups.h"
 #include "config/hostile_client_flags.h"
 #include "version.h"
 
 namespace attn {
+namespace {
 
-int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
-  CLI::App app{"attention-server: scaled-dot-product attention as a gRPC service "
-               "(attention.v1). See README.md."};
+// ATTN_ and the flag's long name upper-cased, '-' as '_': kv-cache-bytes -> ATTN_KV_CACHE_BYTES.
+std::string EnvName(const std::string& flag) {
+  std::string env = "ATTN_";
+  for (char ch : flag) env.push_back(ch == '-' ? '_' : static_cast<char>(std::toupper(ch)));
+  return env;
+}
+
+// Whether the flag's ATTN_ variable is set to the empty string.
+bool EnvSetEmpty(const std::string& flag) {
+  const char* v = std::getenv(EnvName(flag).c_str());
+  return v != nullptr && *v == '\0';
+}
+
+// Whether argv names --flag (as "--flag" or "--flag=value").
+bool OnCommandLine(const std::string& flag, int argc, char** argv) {
+  const std::string dashed = "--" + flag;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == dashed || a.rfind(dashed + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+// When `error` is about a flag whose value came from its ATTN_ variable (set, non-empty, flag
+// not on the command line), "environment variable ATTN_X=value (for --x)"; else "". The flag
+// is the longest whose "--name" occurs in `error` as a whole word.
+std::string EnvSourceOf(CLI::App& app, int argc, char** argv, const std::string& error) {
+  std::string best;
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty() || opt->get_envname().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    const std::string dashed = "--" + name;
+    bool found = false;
+    for (size_t at = error.find(dashed); at != std::string::npos; at = error.find(dashed, at + 1)) {
+      const size_t end = at + dashed.size();
+      if (end == error.size() ||
+          !(std::isalnum(static_cast<unsigned char>(error[end])) || error[end] == '-')) {
+        found = true;
+        break;
+      }
+    }
+    if (!found || name.size() <= best.size()) continue;
+    const char* v = std::getenv(opt->get_envname().c_str());
+    if (v == nullptr || *v == '\0' || OnCommandLine(name, argc, argv)) continue;
+    best = name;
+  }
+  if (best.empty()) return "";
+  const std::string env = EnvName(best);
+  return "environment variable " + env + "=" + std::getenv(env.c_str()) + " (for --" + best + ")";
+}
+
+}  // namespace
+
+void AddServerFlags(CLI::App& app, ServerConfig* c) {
   // Second line: the build (compiled backends, CUDA archs, cuDNN headers), readable without a
   // GPU; tests/deploy/image_build_test.sh checks it.
   app.set_version_flag("--version", std::string(kAttnVersion) + "\nbuild: " + kAttnBuild);
@@ -36,7 +91,8 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
                  "backend for requests that name none: auto, cpu, naive, fused, cudnn, fp8")
       ->capture_default_str();
   app.add_option("--max-message-bytes", c->max_message_bytes,
-                 "largest request accepted, bytes (larger: RESOURCE_EXHAUSTED)")
+                 "largest request accepted, bytes (larger: RESOURCE_EXHAUSTED from gRPC, "
+                 "\"Received message larger than max\")")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
       ->capture_default_str();
   app.add_option("--threads", c->worker_threads, "worker threads (0: hardware concurrency)")
@@ -121,8 +177,8 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
             const std::string port = colon == std::string::npos ? "" : a.substr(colon + 1);
             if (a.empty()) return "";
             if (colon == 0 || port.empty() || port.size() > 5 ||
-                port.find_first_not_of("0123456789") != std::string::npos ||
-                std::stoi(port) < 1 || std::stoi(port) > 65535) {
+                port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+                std::stoi(port) > 65535) {
               return "expected host:port with port in [1, 65535], got \"" + a + "\"";
             }
             return "";
@@ -203,23 +259,36 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
       ->capture_default_str();
   AddHostileClientFlags(app, c);
+  AcceptByteSuffixes(app);
   // Every flag can also come from the environment: --kv-cache-bytes from ATTN_KV_CACHE_BYTES
   // (containers, Kubernetes ConfigMaps). A flag on the command line wins over its variable.
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_lnames().empty()) continue;
     const std::string& name = opt->get_lnames().front();
     if (name == "help" || name == "version") continue;
-    std::string env = "ATTN_";
-    for (char ch : name) env.push_back(ch == '-' ? '_' : static_cast<char>(std::toupper(ch)));
-    opt->envname(env);
+    opt->envname(EnvName(name));
   }
   RejectNonFiniteNumbers(app);
+  AssignServerFlagGroups(app);
+}
+
+int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
+  CLI::App app{
+      "attention-server: scaled-dot-product attention as a gRPC service "
+      "(attention.v1). See README.md."};
+  AddServerFlags(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const std::string env = e.get_exit_code() == 0 ? "" : EnvSourceOf(app, argc, argv, e.what());
+    if (env.empty()) return app.exit(e);
+    return app.exit(CLI::ParseError(env + ": " + e.what(), e.get_exit_code()));
   }
-  c->metrics_address_given = app.count("--metrics-address") > 0;
+  // CLI11 treats a variable set to "" as unset; for these flags "" is a meaningful value.
+  const bool on_command_line = app.count("--metrics-address") > 0;
+  if (!on_command_line && EnvSetEmpty("metrics-address")) c->metrics_address.clear();
+  if (app.count("--cudnn-warmup") == 0 && EnvSetEmpty("cudnn-warmup")) c->cudnn_warmup.clear();
+  c->metrics_address_given = on_command_line;
   c->unix_socket_flags_given = app.count("--unix-socket-mode") + app.count("--unix-socket-owner") +
                                    app.count("--unix-socket-group") >
                                0;

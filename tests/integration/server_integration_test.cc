@@ -291,14 +291,20 @@ TEST(ServerLifecycle, JsonLogsAreOneObjectPerLine) {
   std::istringstream lines(server.ReadLog());
   std::string line;
   int n = 0;
+  int info = 0;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     ++n;
     EXPECT_EQ(line.front(), '{') << line;
     EXPECT_EQ(line.back(), '}') << line;
-    EXPECT_NE(line.find("\"msg\":\""), std::string::npos) << line;
+    // Cloud Logging's field names (GKE), not spdlog's level/msg.
+    EXPECT_NE(line.find("\"message\":\""), std::string::npos) << line;
+    EXPECT_NE(line.find("\"severity\":\""), std::string::npos) << line;
+    EXPECT_EQ(line.find("\"level\":"), std::string::npos) << line;
+    if (line.find("\"severity\":\"INFO\"") != std::string::npos) ++info;
   }
   EXPECT_GE(n, 2);
+  EXPECT_GE(info, 1);
 }
 
 TEST(ServerLifecycle, BusyPortIsRefusedNotShared) {

@@ -171,6 +171,9 @@ def test_invalid_utf8_in_a_string_field_logs_json_only():
             except ValueError:
                 bad.append(ln)
         assert not bad, f"non-JSON log lines: {bad[:3]}"
-        assert any("invalid UTF-8" in json.loads(ln).get("msg", "") for ln in lines), lines[-5:]
+        assert any("invalid UTF-8" in json.loads(ln).get("message", "") for ln in lines), lines[-5:]
+        # Cloud Logging's names (GKE): severity from the level, never from the stream.
+        sev = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+        assert all(json.loads(ln).get("severity") in sev for ln in lines), lines[-5:]
     finally:
         server.stop(sig=signal.SIGKILL)

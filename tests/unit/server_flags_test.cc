@@ -1,0 +1,106 @@
+// attention-server's flags: the grouped --help screen, errors for bad values that came from ATTN_
+// variables, and the variables that are meaningful when set but empty.
+#include "config/server_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "config/flag_groups.h"
+
+namespace attn {
+namespace {
+
+// Runs ParseServerFlags on argv (argv[0] added) with stdout and stderr captured into `*out`.
+int ParseCaptured(std::vector<std::string> args, ServerConfig* c, std::string* out) {
+  args.insert(args.begin(), "attention-server");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int code = ParseServerFlags(static_cast<int>(argv.size()), argv.data(), c);
+  *out = testing::internal::GetCapturedStdout();
+  *out += testing::internal::GetCapturedStderr();
+  return code;
+}
+
+TEST(ServerFlagsHelp, IsGroupedAndListsEveryFlag) {
+  ServerConfig c;
+  std::string help;
+  ASSERT_EQ(ParseCaptured({"--help"}, &c, &help), 0);
+  for (const std::string& group : ServerFlagGroups()) {
+    EXPECT_NE(help.find("\n" + group + ":\n"), std::string::npos) << group << "\n" << help;
+  }
+  EXPECT_EQ(help.find("\nOptions:\n"), std::string::npos) << "a flag without a group\n" << help;
+  ServerConfig probe;
+  CLI::App app;
+  AddServerFlags(app, &probe);
+  int listed = 0;
+  for (CLI::Option* opt : app.get_options()) {
+    ASSERT_FALSE(opt->get_lnames().empty());
+    const std::string flag = "--" + opt->get_lnames().front();
+    if (opt->get_group().empty()) {  // hidden on purpose (tests only)
+      EXPECT_EQ(help.find(flag), std::string::npos) << flag;
+      continue;
+    }
+    EXPECT_NE(opt->get_group(), "Options") << flag << " has no group";
+    EXPECT_NE(help.find(flag + " "), std::string::npos) << flag;
+    ++listed;
+  }
+  EXPECT_GE(listed, 55);
+  EXPECT_NE(help.find("--kv-cache-bytes SIZE"), std::string::npos) << help;
+}
+
+TEST(ServerFlagsEnv, BadValueFromAVariableNamesTheVariable) {
+  setenv("ATTN_KV_CACHE_BYTES", "12", 1);  // below the range's 64 KiB
+  ServerConfig c;
+  std::string out;
+  EXPECT_GT(ParseCaptured({}, &c, &out), 0);
+  EXPECT_NE(out.find("environment variable ATTN_KV_CACHE_BYTES=12 (for --kv-cache-bytes)"),
+            std::string::npos)
+      << out;
+  // The same value on the command line: the flag is to blame, not the variable.
+  EXPECT_GT(ParseCaptured({"--kv-cache-bytes", "13"}, &c, &out), 0);
+  EXPECT_EQ(out.find("ATTN_KV_CACHE_BYTES"), std::string::npos) << out;
+  EXPECT_NE(out.find("--kv-cache-bytes"), std::string::npos) << out;
+  // A good command-line value wins over the bad variable.
+  EXPECT_EQ(ParseCaptured({"--kv-cache-bytes=1G"}, &c, &out), -1) << out;
+  unsetenv("ATTN_KV_CACHE_BYTES");
+  setenv("ATTN_LOG_FORMAT", "yaml", 1);  // not one of text, json
+  EXPECT_GT(ParseCaptured({}, &c, &out), 0);
+  unsetenv("ATTN_LOG_FORMAT");
+  EXPECT_NE(out.find("environment variable ATTN_LOG_FORMAT=yaml (for --log-format)"),
+            std::string::npos)
+      << out;
+  setenv("ATTN_MAX_QUEUE_REQUESTS", "lots", 1);  // not a number
+  EXPECT_GT(ParseCaptured({}, &c, &out), 0);
+  unsetenv("ATTN_MAX_QUEUE_REQUESTS");
+  EXPECT_NE(out.find("ATTN_MAX_QUEUE_REQUESTS=lots"), std::string::npos) << out;
+}
+
+TEST(ServerFlagsEnv, EmptyMetricsAddressVariableDisablesMetrics) {
+  ServerConfig d;
+  std::string out;
+  ASSERT_EQ(ParseCaptured({}, &d, &out), -1) << out;
+  EXPECT_FALSE(d.metrics_address.empty());  // on by default
+  EXPECT_FALSE(d.cudnn_warmup.empty());
+  setenv("ATTN_METRICS_ADDRESS", "", 1);
+  setenv("ATTN_CUDNN_WARMUP", "", 1);
+  ServerConfig c;
+  ASSERT_EQ(ParseCaptured({}, &c, &out), -1) << out;
+  EXPECT_EQ(c.metrics_address, "");
+  EXPECT_FALSE(c.metrics_address_given);
+  EXPECT_EQ(c.cudnn_warmup, "");
+  // The command line still wins over the empty variable.
+  ServerConfig f;
+  ASSERT_EQ(ParseCaptured({"--metrics-address", "127.0.0.1:0"}, &f, &out), -1) << out;
+  unsetenv("ATTN_METRICS_ADDRESS");
+  unsetenv("ATTN_CUDNN_WARMUP");
+  EXPECT_EQ(f.metrics_address, "127.0.0.1:0");
+  EXPECT_TRUE(f.metrics_address_given);
+}
+
+}  // namespace
+}  // namespace attn
