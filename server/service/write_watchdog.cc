@@ -68,8 +68,11 @@ void WriteWatchdog::Loop() {
       cv_.wait_for(lock, limit_);  // woken by Arm; rescans cancelled entries now and then
       continue;
     }
-    if (std::chrono::steady_clock::now() < it->second.deadline) {
-      cv_.wait_until(lock, it->second.deadline);
+    // A copy: wait_until reads its deadline again after waking, and a Disarm on another
+    // thread may have erased the entry by then.
+    const auto deadline = it->second.deadline;
+    if (std::chrono::steady_clock::now() < deadline) {
+      cv_.wait_until(lock, deadline);
       continue;
     }
     spdlog::debug("response not taken by its client within {} ms: cancelling the call",

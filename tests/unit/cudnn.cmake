@@ -24,6 +24,11 @@ endif()
 foreach(_v 91400 91900 91901 92600 100100)
   add_library(fake_cudnn_${_v} SHARED ${CMAKE_CURRENT_LIST_DIR}/fake_cudnn/fake_cudnn.cc)
   target_compile_definitions(fake_cudnn_${_v} PRIVATE FAKE_CUDNN_VERSION=${_v})
+  # Built like the real libcudnn, without the sanitizer runtime: the probe opens it with
+  # dlmopen in a namespace of its own, where an ASan-linked library would load a second ASan
+  # runtime and abort ("ASan runtime does not come first").
+  set_property(TARGET fake_cudnn_${_v} PROPERTY COMPILE_OPTIONS "")
+  set_property(TARGET fake_cudnn_${_v} PROPERTY LINK_OPTIONS "")
 endforeach()
 add_executable(cudnn_library_test ${CMAKE_CURRENT_LIST_DIR}/cudnn_library_test.cc)
 target_link_libraries(cudnn_library_test PRIVATE attn_kernels GTest::gtest_main)
