@@ -34,7 +34,7 @@ class ServerProc:
     Use as a context manager (stops it with SIGTERM on exit) or call stop().
     """
 
-    def __init__(self, *args, start_timeout_s=30.0):
+    def __init__(self, *args, start_timeout_s=30.0, env=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="attn-server-")
         port_file = os.path.join(self.tmp.name, "port")
         self.log_path = os.path.join(self.tmp.name, "server.log")
@@ -42,7 +42,7 @@ class ServerProc:
         self.proc = subprocess.Popen(
             [SERVER, "--listen", "127.0.0.1:0", "--port-file", port_file,
              "--metrics-address", "", *args],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.port = 0
         deadline = time.time() + start_timeout_s
         while time.time() < deadline:
