@@ -327,6 +327,8 @@ int Main(int argc, char** argv) {
       "real request trace. Prints a report (requests, errors by status code, throughput,\n"
       "latency percentiles, server phase times, backends, verification).",
       "attention-loadgen"};
+  // Same source as the server's version (the CMake PROJECT_VERSION).
+  app.set_version_flag("--version", ATTN_LOADGEN_VERSION);
   RunOptions run;
   std::string workload = "trace";
   std::string trace_path;
