@@ -31,6 +31,7 @@
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
 #include "metrics/shadow_checker.h"
+#include "grpc/health/v1/health.pb.h"
 #include "security/health_fanout.h"
 #include "security/health_listener.h"
 #include "security/server_security.h"
@@ -132,6 +133,11 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   // Metrics (DESIGN.md §9): always recorded; served on --metrics-address unless it is empty.
   std::vector<std::string> backend_names;
   for (attn::Backend* b : built->registry->All()) backend_names.push_back(b->name());
+  // The KV cache's paged backend ("cpu" or "gpu") labels the sequence steps' phases and batches.
+  const std::string& kv_backend = (*kv)->compute->name();
+  if (std::find(backend_names.begin(), backend_names.end(), kv_backend) == backend_names.end()) {
+    backend_names.push_back(kv_backend);
+  }
   attn::metrics::Metrics metrics(
       backend_names,
       attn::metrics::BuildInfoLabels(config, built->facts, *built->registry, threads));
@@ -197,6 +203,9 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Registers grpc.health.v1's descriptors (attn_health_proto) so reflection can describe the
+  // health service gRPC serves; without this reference the linker drops them.
+  (void)grpc::health::v1::HealthCheckResponse::descriptor();
   grpc::ServerBuilder builder;
   int port = 0;
   const int requested_port = unix_socket ? 0 : ListenPort(config.listen_address);

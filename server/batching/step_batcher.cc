@@ -144,6 +144,11 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   RunExtendSteps(store_, backend_, f->steps.data(), f->steps.size(), &f->total, &phases);
   const Clock::time_point ran = Clock::now();
   f->batch_us = Us(started, ran);
+  if (on_batch_) {
+    int64_t tokens = 0;
+    for (const BatchedExtend& s : f->steps) tokens += s.args->q_shape[0];
+    on_batch_(static_cast<int64_t>(f->steps.size()), tokens);
+  }
   const int64_t wall_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(ran - started).count();
   {

@@ -64,6 +64,11 @@ class StepBatcher {
   /// Errors (nothing queued, no `done` called): RESOURCE_EXHAUSTED (queue full, with the
   /// numbers), UNAVAILABLE (stopping).
   Status Enqueue(std::vector<StepRequest>* steps);
+  /// `observer(steps, tokens)` is called on the batch thread after each batch ran: its steps
+  /// and their query tokens (empty: none). Set before the first Enqueue.
+  void SetBatchObserver(std::function<void(int64_t steps, int64_t tokens)> observer) {
+    on_batch_ = std::move(observer);
+  }
   /// Wakes the scheduler to drop cancelled steps now (from OnCancel).
   void Notify() { scheduler_->Notify(); }
   /// Runs what is queued, sends every response, then stops the threads and logs (info) where
@@ -94,6 +99,7 @@ class StepBatcher {
   std::mutex stats_mu_;
   Totals all_, decode_;  // decode_: batches whose steps all have T = 1
   bool summary_logged_ = false;
+  std::function<void(int64_t, int64_t)> on_batch_;
   WorkerPool responders_;                      // stops after the scheduler (declared before it)
   std::unique_ptr<BatchScheduler> scheduler_;  // last: its threads stop first
 };

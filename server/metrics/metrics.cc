@@ -164,7 +164,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                                  "Calls received and not yet finished (queued or running).");
     auto queued = GaugeFamily("attn_requests_queued", "Calls waiting for a worker thread.");
     auto pool_cap = GaugeFamily("attn_device_pool_capacity_bytes",
-                                "Device memory pool reserved at start (0 without a GPU).");
+                                "Device memory pool reserved at start; without a GPU, the host memory "
+                                "reserved for the KV cache (--kv-cache-bytes).");
     auto pool_used =
         GaugeFamily("attn_device_pool_used_bytes", "Device memory pool bytes currently allocated.");
     auto peak_flops =
@@ -174,6 +175,9 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                                   "Datasheet memory bandwidth of the device (0: unknown or cpu).");
     auto kv_cap = GaugeFamily("attn_kv_capacity_pages", "KV-cache pages per layout class.");
     auto kv_used = GaugeFamily("attn_kv_used_pages", "KV-cache pages in use per layout class.");
+    auto kv_ratio = GaugeFamily("attn_kv_used_ratio",
+                                "KV-cache pages in use over pages in total, all layout classes "
+                                "(0 when there are none).");
     auto kv_seq = GaugeFamily("attn_kv_sequences", "Live sequences in the KV cache.");
     auto kv_revoked = GaugeFamily("attn_kv_sequences_revoked_total",
                                   "Sequences released because their owner's last token was "
@@ -233,6 +237,13 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     }
     if (any_kv) {
       kv_seq.metric.push_back(GaugeValue(static_cast<double>(sequences)));
+      int64_t cap_pages = 0, used_pages = 0;
+      for (const auto& [name, v] : classes) {
+        cap_pages += v.first;
+        used_pages += v.second;
+      }
+      kv_ratio.metric.push_back(GaugeValue(
+          cap_pages > 0 ? static_cast<double>(used_pages) / static_cast<double>(cap_pages) : 0));
       prometheus::ClientMetric revoked_value;
       revoked_value.counter.value = static_cast<double>(revoked);
       kv_revoked.metric.push_back(std::move(revoked_value));
@@ -248,7 +259,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     }
     std::vector<prometheus::MetricFamily> out;
     for (auto* f : {&in_flight, &queued, &pool_cap, &pool_used, &peak_flops, &peak_bytes, &kv_cap,
-                    &kv_used, &kv_seq, &kv_revoked, &kv_host_used, &kv_host_cap}) {
+                    &kv_used, &kv_ratio, &kv_seq, &kv_revoked, &kv_host_used, &kv_host_cap}) {
       out.push_back(std::move(*f));
     }
     return out;
@@ -345,6 +356,30 @@ Metrics::Metrics(const std::vector<std::string>& backends,
                           .Name("attn_shadow_dropped_total")
                           .Help("Sampled calls not shadow-checked because the queue was full.")
                           .Register(reg);
+  auto& steps = prometheus::BuildCounter()
+                    .Name("attn_sequence_steps_total")
+                    .Help("Sequence steps that ended (an Extend, an ExtendBatch entry, an "
+                          "ExtendStream message), by method and result (ok, error).")
+                    .Register(reg);
+  auto& step_duration =
+      prometheus::BuildHistogram()
+          .Name("attn_sequence_step_duration_seconds")
+          .Help("Time from a sequence step's arrival to its result, successful steps, by method.")
+          .Register(reg);
+  static constexpr Method kStepMethods[kNumStepMethods] = {Method::kExtend, Method::kExtendBatch,
+                                                           Method::kExtendStream};
+  for (int i = 0; i < kNumStepMethods; ++i) {
+    const char* name = MethodName(kStepMethods[i]);
+    steps_ok_[static_cast<size_t>(i)] = &steps.Add({{"method", name}, {"result", "ok"}});
+    steps_error_[static_cast<size_t>(i)] = &steps.Add({{"method", name}, {"result", "error"}});
+    step_duration_[static_cast<size_t>(i)] =
+        &step_duration.Add({{"method", name}}, RequestDurationBuckets());
+  }
+  step_batch_size_ = &prometheus::BuildHistogram()
+                          .Name("attn_sequence_batch_size_steps")
+                          .Help("Sequence steps per step batch.")
+                          .Register(reg)
+                          .Add({}, BatchSizeBuckets());
   auto& info = prometheus::BuildGauge()
                    .Name("attn_build_info")
                    .Help("Build and configuration of this server (value is always 1).")
@@ -493,6 +528,25 @@ void Metrics::ObserveShadow(int backend, double relative_error, bool mismatch) {
 void Metrics::ShadowDropped(int backend) {
   auto* c = per_backend_[static_cast<size_t>(Clamp(backend))].shadow_dropped;
   if (c != nullptr) c->Increment();
+}
+
+void Metrics::ObserveStep(Method method, bool ok, double seconds) {
+  int i = -1;
+  if (method == Method::kExtend) i = 0;
+  if (method == Method::kExtendBatch) i = 1;
+  if (method == Method::kExtendStream) i = 2;
+  if (i < 0) return;
+  if (!ok) {
+    steps_error_[static_cast<size_t>(i)]->Increment();
+    return;
+  }
+  steps_ok_[static_cast<size_t>(i)]->Increment();
+  step_duration_[static_cast<size_t>(i)]->Observe(seconds);
+}
+
+void Metrics::ObserveStepBatch(int backend, int64_t steps, int64_t tokens) {
+  step_batch_size_->Observe(static_cast<double>(steps));
+  ObserveLaunch(backend, steps, tokens, 0, 0, 0);
 }
 
 int Metrics::AddSource(Source s) { return collector_->Add(std::move(s)); }

@@ -23,9 +23,19 @@
 //       (dense bf16/fp16 tensor peak and memory bandwidth of a known device; 0 if unknown)
 //   attn_kv_capacity_pages{layout_class}, attn_kv_used_pages{layout_class},
 //   attn_kv_sequences                                        gauges (RegisterKvCache)
+//   attn_kv_used_ratio                                       gauge: used / capacity pages
+//       over every layout class (0 with no capacity), for alerts and the HPA
 //   attn_kv_host_used_bytes{kind}, attn_kv_host_capacity_bytes{kind}   gauges (RegisterKvCache):
 //       host memory of the KV cache outside its pages, kind "replay_outputs"
 //       (--replay-cache-bytes) and "sequence_metadata" (--sequence-metadata-bytes)
+//   attn_sequence_steps_total{method,result}                 counter: sequence steps that
+//       ended, method Extend|ExtendBatch|ExtendStream (one per step: an ExtendBatch entry,
+//       an ExtendStream message), result ok|error
+//   attn_sequence_step_duration_seconds{method}              histogram: a successful step's
+//       arrival to its result (decode-time inter-token latency)
+//   attn_sequence_batch_size_steps                           histogram (steps per step batch;
+//       the batch also lands in attn_batch_size_requests / attn_batch_tokens, and each step's
+//       phases in attn_phase_duration_seconds, under the KV backend's name)
 //   attn_build_info{version,build,device,compute_capability,driver,cudnn,backends,...} = 1
 // served by MetricsHttpServer (metrics_http_server.h) on --metrics-address.
 //
@@ -86,7 +96,7 @@ enum class Method : int {
   kCreateSequence = 3,
   kExtend = 4,
   kExtendBatch = 5,
-  kExtendStream = 6,  ///< one observation per stream, when it ends
+  kExtendStream = 6,  ///< one attn_requests_total per stream, when it ends (steps: ObserveStep)
   kTruncateSequence = 7,
   kForkSequence = 8,
   kReleaseSequence = 9,
@@ -209,6 +219,13 @@ class Metrics {
   /// so the histogram's sum stays finite) and whether it was over tolerance.
   void ObserveShadow(int backend, double relative_error, bool mismatch);
   void ShadowDropped(int backend);
+  /// One sequence step ended (method kExtend, kExtendBatch or kExtendStream; others are
+  /// ignored): attn_sequence_steps_total{method,result} and, when ok, `seconds` (arrival to
+  /// result) in attn_sequence_step_duration_seconds{method}.
+  void ObserveStep(Method method, bool ok, double seconds);
+  /// One batch of sequence steps: attn_sequence_batch_size_steps, and attn_batch_size_requests
+  /// / attn_batch_tokens of `backend` (no FLOP/s: the step reports carry them per step).
+  void ObserveStepBatch(int backend, int64_t steps, int64_t tokens);
 
   // ---- scrape-time gauges ----
   /// attn_requests_in_flight and attn_requests_queued.
@@ -266,6 +283,10 @@ class Metrics {
     prometheus::Counter* shadow_dropped = nullptr;
   };
   std::vector<PerBackend> per_backend_;
+  static constexpr int kNumStepMethods = 3;  // Extend, ExtendBatch, ExtendStream
+  std::array<prometheus::Counter*, kNumStepMethods> steps_ok_{}, steps_error_{};
+  std::array<prometheus::Histogram*, kNumStepMethods> step_duration_{};
+  prometheus::Histogram* step_batch_size_ = nullptr;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;
 };

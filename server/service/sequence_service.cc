@@ -130,6 +130,37 @@ void SequenceServiceImpl::Observe(metrics::Method method, StatusCode code,
                            std::chrono::duration<double>(Clock::now() - start).count());
 }
 
+void SequenceServiceImpl::SetMetrics(metrics::Metrics *metrics) {
+  metrics_ = metrics;
+  if (metrics == nullptr) {
+    steps_->SetBatchObserver(nullptr);
+    return;
+  }
+  metrics_backend_ = metrics->BackendIndex(backend_->name());
+  steps_->SetBatchObserver([metrics, b = metrics_backend_](int64_t steps, int64_t tokens) {
+    metrics->ObserveStepBatch(b, steps, tokens);
+  });
+}
+
+void SequenceServiceImpl::InstrumentStep(metrics::Method method, StepRequest *r) const {
+  if (metrics_ == nullptr) return;
+  r->done = [m = metrics_, b = metrics_backend_, method, response = r->response,
+             received = r->received, done = std::move(r->done)](const Status &s, bool ran) {
+    m->ObserveStep(method, s.ok(), std::chrono::duration<double>(Clock::now() - received).count());
+    if (s.ok() && ran) {
+      const auto &t = response->report().times();
+      m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(t.decode_us()) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(t.queue_us()) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kHostToDevice,
+                      static_cast<double>(t.host_to_device_us()) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(t.kernel_us()) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kDeviceToHost,
+                      static_cast<double>(t.device_to_host_us()) * 1e-6);
+    }
+    done(s, ran);
+  };
+}
+
 template <typename Fn>
 grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContext *context,
                                                       metrics::Method method, Fn fn,
@@ -213,6 +244,7 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
   steps[0].args = std::move(*args);
   steps[0].response = response;
   steps[0].done = [finish](const Status &s, bool) { finish(s); };
+  InstrumentStep(metrics::Method::kExtend, &steps[0]);
   if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
   return reactor;
 }
@@ -283,6 +315,7 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
         finish(pending->any_result ? Status::Ok() : pending->dropped);
       }
     };
+    InstrumentStep(metrics::Method::kExtendBatch, &r);
     steps.push_back(std::move(r));
   }
   if (steps.empty()) {

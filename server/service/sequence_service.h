@@ -88,8 +88,11 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// default: security::OpenGate()). Set before serving.
   void SetCallGate(const security::CallGate *gate) { gate_ = gate; }
   /// Counts every finished call in attn_requests_total / attn_request_duration_seconds
-  /// (backend="none"); not owned, may be null. Set before serving.
-  void SetMetrics(metrics::Metrics *metrics) { metrics_ = metrics; }
+  /// (backend="none"), every step that reaches the step batcher in attn_sequence_steps_total /
+  /// attn_sequence_step_duration_seconds and its phases in attn_phase_duration_seconds, and
+  /// every step batch (Metrics::ObserveStepBatch), under the KV backend's name; not owned, may
+  /// be null. Set before serving.
+  void SetMetrics(metrics::Metrics *metrics);
   /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
   /// sequences (and new ExtendStreams) are still served.
   void StartDraining() { draining_.store(true); }
@@ -128,6 +131,9 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// Records one finished call of `method` that started at `start` (no-op without metrics).
   void Observe(metrics::Method method, StatusCode code,
                std::chrono::steady_clock::time_point start) const;
+  /// Wraps `r->done` (set, with `r->response`) so that the step is counted and timed from
+  /// `r->received` when it ends, before the original `done` runs (no-op without metrics).
+  void InstrumentStep(metrics::Method method, StepRequest *r) const;
   void CallStarted() { in_flight_.fetch_add(1); }
   /// Finishes a CreateSequence/ForkSequence with UNAVAILABLE (draining).
   grpc::ServerUnaryReactor *RefuseNewSequence(grpc::CallbackServerContext *context);
@@ -138,6 +144,7 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   WorkerPool *const workers_;
   const security::CallGate *gate_ = &security::OpenGate();
   metrics::Metrics *metrics_ = nullptr;
+  int metrics_backend_ = 0;  // metrics_->BackendIndex(backend_->name())
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;

@@ -105,6 +105,7 @@ class SequenceServiceImpl::StreamReactor
       SetResult(s);
       Write();
     };
+    service_->InstrumentStep(metrics::Method::kExtendStream, &steps[0]);
     if (Status s = service_->steps_->Enqueue(&steps); !s.ok()) {
       SetResult(s);
       Write();

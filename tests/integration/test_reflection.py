@@ -67,3 +67,50 @@ def test_health_serving(channel):
     with pytest.raises(grpc.RpcError) as err:
         check(b"\x0a\x03foo", timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _fields(buf):
+    """Top-level (field number, bytes) of the length-delimited fields of a protobuf message."""
+    out, i = [], 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        if key & 7 == 2:
+            n, i = _varint(buf, i)
+            out.append((key >> 3, buf[i:i + n]))
+            i += n
+        elif key & 7 == 0:
+            _, i = _varint(buf, i)
+        else:
+            raise AssertionError(f"unexpected wire type {key & 7}")
+    return out
+
+
+def _varint(buf, i):
+    v, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return v, i
+
+
+def test_reflection_describes_health_service(channel):
+    """grpcurl's path to Health/Check: file_containing_symbol must give the health proto's
+    descriptor (before the fix: error_response, "target server does not expose service")."""
+    from google.protobuf import descriptor_pb2
+    symbol = b"grpc.health.v1.Health"
+    req = b"\x22" + bytes([len(symbol)]) + symbol  # file_containing_symbol = 4
+    call = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=_identity, response_deserializer=_identity)
+    (resp,) = list(call(iter([req]), timeout=10))
+    fields = dict(_fields(resp))
+    assert 7 not in fields, f"reflection error_response: {fields.get(7)!r}"
+    files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+             for n, b in _fields(fields[4]) if n == 1]
+    health = [f for f in files if f.package == "grpc.health.v1"]
+    assert health, [f.name for f in files]
+    assert [s.name for s in health[0].service] == ["Health"]
+    assert {m.name for m in health[0].message_type} == {"HealthCheckRequest",
+                                                        "HealthCheckResponse"}

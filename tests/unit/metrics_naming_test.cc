@@ -88,7 +88,7 @@ TEST(MetricsNaming, EveryFamilyFollowsTheConventions) {
   const std::regex name_re("^attn_[a-z0-9]+(_[a-z0-9]+)*$");
   const std::set<std::string> base_units = {"seconds", "bytes", "requests", "tokens", "pages",
                                             "sequences", "second", "total", "info", "error",
-                                            "flight", "queued"};
+                                            "flight", "queued", "ratio", "steps"};
   int attn_families = 0;
   for (const auto& [name, f] : families) {
     if (name.rfind("attn_", 0) != 0) continue;
@@ -145,6 +145,10 @@ TEST(MetricsNaming, FamiliesAndLabelSets) {
       {"attn_device_peak_bytes_per_second", {"gauge", {}}},
       {"attn_kv_capacity_pages", {"gauge", {"layout_class"}}},
       {"attn_kv_used_pages", {"gauge", {"layout_class"}}},
+      {"attn_kv_used_ratio", {"gauge", {}}},
+      {"attn_sequence_steps_total", {"counter", {"method", "result"}}},
+      {"attn_sequence_step_duration_seconds", {"histogram", {"method"}}},
+      {"attn_sequence_batch_size_steps", {"histogram", {}}},
       {"attn_build_info", {"gauge", {"version", "device", "backends"}}},
   };
   for (const auto& [name, want] : expected) {
@@ -329,6 +333,38 @@ TEST(MetricsHelpers, DevicePeaksAndBytes) {
   EXPECT_EQ(DevicePeaks("cpu").first, 0);
   // q (1x4x2x8), k and v (1x6x1x8) in bf16, o like q, lse (2x4) float32.
   EXPECT_EQ(MinBytesMoved(64, 48, 2, 8), (2 * 64 + 2 * 48) * 2 + 8 * 4);
+}
+
+TEST(MetricsNaming, SequenceStepsAndKvRatio) {
+  Metrics m = MakeMetrics();
+  const int cpu = m.BackendIndex("cpu");
+  m.ObserveStep(Method::kExtend, true, 0.003);
+  m.ObserveStep(Method::kExtendStream, true, 0.002);
+  m.ObserveStep(Method::kExtendStream, true, 0.004);
+  m.ObserveStep(Method::kExtendBatch, false, 1.0);    // errors: counted, not timed
+  m.ObserveStep(Method::kAttend, true, 1.0);          // not a step method: ignored
+  m.ObserveStepBatch(cpu, 3, 5);
+  auto kv = m.RegisterKvCache([] {
+    KvCacheStats s;
+    s.classes.push_back({"a", 100, 30});
+    s.classes.push_back({"b", 300, 10});
+    return s;
+  });
+  const std::string t = m.Render();
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"Extend\",result=\"ok\"}"), 1);
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendStream\",result=\"ok\"}"), 2);
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendBatch\",result=\"error\"}"), 1);
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendBatch\",result=\"ok\"}"), 0);
+  EXPECT_EQ(Value(t, "attn_sequence_step_duration_seconds_count{method=\"ExtendStream\"}"), 2);
+  EXPECT_DOUBLE_EQ(Value(t, "attn_sequence_step_duration_seconds_sum{method=\"ExtendStream\"}"),
+                   0.006);
+  EXPECT_EQ(Value(t, "attn_sequence_step_duration_seconds_count{method=\"ExtendBatch\"}"), 0);
+  EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_count"), 1);
+  EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_sum"), 3);
+  EXPECT_EQ(Value(t, "attn_batch_size_requests_sum{backend=\"cpu\"}"), 3);
+  EXPECT_EQ(Value(t, "attn_batch_tokens_sum{backend=\"cpu\"}"), 5);
+  EXPECT_EQ(Value(t, "attn_kernel_flops_per_second_count{backend=\"cpu\"}"), 0);
+  EXPECT_DOUBLE_EQ(Value(t, "attn_kv_used_ratio"), 0.1);
 }
 
 }  // namespace
