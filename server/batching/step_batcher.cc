@@ -171,6 +171,12 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   f->items = std::move(batch);
   batch.clear();
   const size_t n = f->items.size();
+  if (n <= kMinChunk) {
+    // One small chunk (decode at small batch sizes): answering here costs a few microseconds
+    // of the batch thread and saves a thread hand-off (a wake-up) on every call's latency.
+    Respond(*f, 0, n);
+    return;
+  }
   const size_t per = std::max(kMinChunk, (n + static_cast<size_t>(responders_.threads()) - 1) /
                                              static_cast<size_t>(responders_.threads()));
   for (size_t begin = 0; begin < n; begin += per) {

@@ -14,8 +14,9 @@
 // Each step's ExtendResponse carries the launch's batch size and tokens and the step's
 // queue time in its ExecutionReport. Responses are built and handed to gRPC (StartWrite, which
 // serialises the message and may write the socket on the calling thread) by a small pool of
-// responder threads, in chunks, so the batch thread goes back to the next batch at once; a full
-// responder queue makes the batch thread respond itself. Thread-safety: all methods are
+// responder threads, in chunks, so the batch thread goes back to the next batch at once (a
+// batch of at most 4 steps is answered by the batch thread itself: one chunk, no hand-off); a
+// full responder queue makes the batch thread respond itself. Thread-safety: all methods are
 // thread-safe.
 #pragma once
 
