@@ -31,6 +31,15 @@ from live_server import LiveServer  # noqa: E402
 DT = {"float32": pb.FLOAT32, "float16": pb.FLOAT16, "bfloat16": pb.BFLOAT16}
 
 
+@pytest.fixture(params=["walk", "whole"])
+def walk(request, monkeypatch):
+    """Replies of every size walked by the wire decoder ("walk"), or the default threshold
+    (small test replies parsed whole by protobuf)."""
+    if request.param == "walk":
+        monkeypatch.setattr(wire, "WALK_MIN_BYTES", 0)
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def offline():
     """A client whose channel never connects (the encoder needs only its handles)."""
@@ -256,7 +265,7 @@ def test_decoder_truncations_and_garbage_raise_internal():
             wire.decode_batch(bad)
 
 
-def test_garbled_reply_through_the_client_raises_internal_only(offline):
+def test_garbled_reply_through_the_client_raises_internal_only(offline, walk):
     """_batch_results on corrupted replies: results (as protobuf says) or Internal, nothing
     else (no IndexError, no garbage o)."""
     rng = np.random.default_rng(4)
@@ -327,7 +336,7 @@ def raw_bytes(o, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_live_extend_batch_wire_equals_protobuf(live, dtype, kind):
+def test_live_extend_batch_wire_equals_protobuf(live, dtype, kind, walk):
     if kind == "torch":
         pytest.importorskip("torch")
     lengths = [[5, 3] + [1 + j % 4 for j in range(30)], [1] * 32, [2] * 32]
@@ -341,7 +350,7 @@ def test_live_extend_batch_wire_equals_protobuf(live, dtype, kind):
     assert set(wt) == set(ac.extend_calls.PHASES) and all(v > 0 for v in wt.values())
 
 
-def test_live_extend_and_stream_wire_equals_protobuf(live):
+def test_live_extend_and_stream_wire_equals_protobuf(live, walk):
     rng = np.random.default_rng(5)
     steps = [[tensors(rng, (t, n, H), "bfloat16", "numpy")[1] for n in (N, K, K)]
              for t in (4, 1, 2)]

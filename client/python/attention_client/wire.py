@@ -10,21 +10,22 @@ Request (encode_request / encode_batch), for each step (an ExtendRequest)::
     ExtendRequest(sequence_id, layer, position).SerializeToString()      # protobuf
     for q, k, v:  tag(field, LEN) varint(len(T)) T, where T is
         Tensor(dtype, shape).SerializeToString()  tag(data, LEN) varint(n)  <n raw bytes>
+        (everything before the raw bytes cached per (field, dtype, shape, n))
 
 and ExtendBatchRequest wraps each step as ``tag(steps, LEN) varint(len(step)) step``. Lengths
 are computed first; all parts (small bytes objects and memoryviews of the caller's arrays or
 of the pinned host buffer) are joined once, so the tensor bytes are copied exactly once here.
 The fields come out in field-number order, so the bytes equal protobuf's own serialisation.
 
-Reply (decode_batch / decode_result): the ExtendBatchResponse bytes are walked (varint tags,
-every wire type skipped by its rules, groups included) down results → response → o → data.
-Each level's other fields are cut out and parsed by protobuf (ExtendResult without response,
-ExtendResponse without o, Tensor without data, merged in wire order as protobuf merges repeated
-occurrences), so code, message, length, replayed, report, dtype and shape are exactly what
-protobuf gives; unknown fields are skipped. Of ``o.data`` only its span in the reply is kept
-(the last occurrence wins, as in protobuf); :func:`attention_client.fastpath.scatter` copies
-it straight into the output buffer. Only length-delimited occurrences of the walked fields
-are taken apart; any other wire type for them is left to protobuf.
+Reply (decode_batch / decode_result / decode_response): the bytes are walked (varint tags,
+every wire type skipped by its rules, groups included) down results → response → o → data,
+and re-serialised without the data fields (nested lengths recomputed, every other field kept
+as it is, in wire order); protobuf parses that once, so code, message, length, replayed,
+report, dtype and shape (repeated occurrences merged, unknown fields kept) are exactly what
+protobuf gives for the original. Of ``o.data`` only its span in the reply is kept (the last
+occurrence wins, as in protobuf); :func:`attention_client.fastpath.scatter` copies it straight
+into the output buffer. Only length-delimited occurrences of the walked fields are taken
+apart; any other wire type for them is left to protobuf.
 
 Field numbers come from the generated descriptors (attention_pb2 / sequence_pb2); importing
 this module fails if those fields change kind. Malformed bytes (truncated varints or fields,
@@ -32,6 +33,8 @@ wire types 6/7, unmatched groups, field number 0 (as upb: allowed inside unknown
 groups nested deeper than 64, bad UTF-8 or anything else protobuf refuses) raise
 :class:`attention_client.errors.Internal` (code INTERNAL).
 """
+import functools
+
 import grpc
 from google.protobuf import descriptor as _d
 from google.protobuf.message import DecodeError
@@ -87,6 +90,15 @@ _QKV_KEYS = tuple(_key(f, _LEN) for f in _QKV)
 _STEPS_KEY = _key(_STEPS, _LEN)
 
 
+@functools.lru_cache(maxsize=1024)
+def _tensor_prefix(key, wire, shape, n):
+    """Everything of a q/k/v field before its n data bytes: key, length, and the Tensor's
+    dtype and shape (serialised by protobuf), data key and length. Cached: the shapes of one
+    model's calls repeat."""
+    th = pb.Tensor(dtype=wire, shape=shape).SerializeToString() + _DATA_KEY + varint(n)
+    return key + varint(len(th) + n) + th
+
+
 def _step_parts(seq_id, layer, position, wire, shapes, views):
     """(parts, nbytes) of one serialised ExtendRequest; views: 3 buffers (q, k, v bytes)."""
     head = spb.ExtendRequest(sequence_id=seq_id, layer=int(layer),
@@ -94,9 +106,7 @@ def _step_parts(seq_id, layer, position, wire, shapes, views):
     parts, total = [head], len(head)
     for key, shape, view in zip(_QKV_KEYS, shapes, views):
         n = len(view)
-        th = pb.Tensor(dtype=wire, shape=[int(d) for d in shape]).SerializeToString()
-        th += _DATA_KEY + varint(n)
-        pre = key + varint(len(th) + n) + th
+        pre = _tensor_prefix(key, int(wire), tuple(int(d) for d in shape), n)
         parts += (pre, view)
         total += len(pre) + n
     return parts, total
@@ -173,58 +183,68 @@ def _skip(buf, i, end, field, wt, depth=0):
 
 
 def _split(buf, start, end, pick):
-    """Walks the message buf[start:end] → (kept, picked): kept: (a, b) spans of every field
-    but the length-delimited occurrences of field `pick`; picked: (a, b) spans of those
-    occurrences' values, in wire order."""
-    kept, picked = [], []
+    """Walks the message buf[start:end] → its fields in wire order as (picked, a, b): picked
+    False: the whole field (key included) is buf[a:b]; True: a length-delimited occurrence
+    of field `pick`, whose value is buf[a:b]."""
+    out = []
     i = start
     while i < end:
         a = i
-        key, i = _read_varint(buf, i, end)
+        key = buf[i]  # one-byte keys and lengths (the usual case) read inline
+        if key < 0x80:
+            i += 1
+        else:
+            key, i = _read_varint(buf, i, end)
         f, wt = key >> 3, key & 7
         if f == 0:
             raise _Malformed(f"field number 0 at byte {a}")
         if wt == _EGROUP:
             raise _Malformed(f"end of group {f} outside a group at byte {a}")
         if f == pick and wt == _LEN:
-            n, i = _read_varint(buf, i, end)
+            n = buf[i] if i < end else 0x80
+            if n < 0x80:
+                i += 1
+            else:
+                n, i = _read_varint(buf, i, end)
             if i + n > end:
                 raise _Malformed(f"field {f} runs past its message ({i + n} > {end})")
-            picked.append((i, i + n))
+            out.append((True, i, i + n))
             i += n
         else:
             i = _skip(buf, i, end, f, wt)
-            kept.append((a, i))
-    return kept, picked
+            out.append((False, a, i))
+    return out
 
 
-def _rest(mv, spans):
-    return b"".join([mv[a:b] for a, b in spans])
+_KEYS = {f: _key(f, _LEN) for f in (_RESULTS, _RESPONSE, _O, _DATA)}
+_RESULT_PATH = (_RESPONSE, _O, _DATA)
 
 
-def _merge_response(dst, buf, mv, start, end, data):
-    """Merges the ExtendResponse at buf[start:end], o.data left out, into dst; → the data
-    span (the last one seen, else `data`)."""
-    kept, os_ = _split(buf, start, end, _O)
-    dst.MergeFromString(_rest(mv, kept))
-    for oa, ob in os_:
-        kept_o, datas = _split(buf, oa, ob, _DATA)
-        dst.o.SetInParent()
-        dst.o.MergeFromString(_rest(mv, kept_o))
-        if datas:
-            data = datas[-1]
-    return data
+def _strip(buf, mv, start, end, path, datas):
+    """The message buf[start:end] re-serialised (list of parts) with the last field of
+    `path` (field numbers, outermost first) left out of every nested message along the path;
+    the spans of its values are appended to `datas`. Fields keep their wire order, so
+    protobuf parses the parts as it would the original, less those fields."""
+    parts = []
+    for picked, a, b in _split(buf, start, end, path[0]):
+        if not picked:
+            parts.append(mv[a:b])
+        elif len(path) == 1:
+            datas.append((a, b))
+        else:
+            sub = b"".join(_strip(buf, mv, a, b, path[1:], datas))
+            parts += (_KEYS[path[0]], varint(len(sub)), sub)
+    return parts
 
 
-def _result(buf, mv, start, end):
-    """One ExtendResult at buf[start:end] → (ExtendResult without o.data, data span or
-    None)."""
-    kept, responses = _split(buf, start, end, _RESPONSE)
-    msg, data = spb.ExtendResult.FromString(_rest(mv, kept)), None
-    for ra, rb in responses:
-        msg.response.SetInParent()
-        data = _merge_response(msg.response, buf, mv, ra, rb, data)
-    return msg, data
+# Replies with fewer bytes than this per result are parsed whole by protobuf (parse_whole):
+# walking costs ~10 µs a result in Python, more than protobuf's extra copies of small data.
+WALK_MIN_BYTES = 64 << 10
+
+
+def parse_whole(cls, buf, method):
+    """cls.FromString(buf) (every field, o.data included), DecodeError → Internal."""
+    return _guard(method, cls.FromString, buf)
 
 
 def _guard(method, fn, *args):
@@ -237,29 +257,40 @@ def _guard(method, fn, *args):
 
 def _decode_batch(buf):
     mv = memoryview(buf)
-    kept, results = _split(buf, 0, len(buf), _RESULTS)
-    spb.ExtendBatchResponse.FromString(_rest(mv, kept))  # protobuf's verdict on the rest
-    return [_result(buf, mv, a, b) for a, b in results]
+    parts, spans = [], []
+    for picked, a, b in _split(buf, 0, len(buf), _RESULTS):
+        if not picked:
+            parts.append(mv[a:b])
+            continue
+        datas = []
+        sub = b"".join(_strip(buf, mv, a, b, _RESULT_PATH, datas))
+        parts += (_KEYS[_RESULTS], varint(len(sub)), sub)
+        spans.append(datas[-1] if datas else None)
+    msg = spb.ExtendBatchResponse.FromString(b"".join(parts))
+    return list(zip(msg.results, spans))
+
+
+def _decode_one(buf, cls, path):
+    datas = []
+    msg = cls.FromString(b"".join(_strip(buf, memoryview(buf), 0, len(buf), path, datas)))
+    return msg, (datas[-1] if datas else None)
 
 
 def decode_batch(buf, method="ExtendBatch"):
     """Serialised ExtendBatchResponse (bytes) → list, one per result in order, of
     (ExtendResult message whose response.o.data is empty, (start, end) of that o.data in buf
-    or None when the reply has no data for it). Raises Internal for malformed bytes."""
+    or None when the reply has no data for it). One protobuf parse of the reply re-serialised
+    without the data fields. Raises Internal for malformed bytes."""
     return _guard(method, _decode_batch, buf)
 
 
 def decode_result(buf, method="ExtendStream"):
     """Serialised ExtendResult (one ExtendStream reply) → (ExtendResult without o.data,
     data span or None) as decode_batch's entries. Raises Internal for malformed bytes."""
-    return _guard(method, _result, buf, memoryview(buf), 0, len(buf))
+    return _guard(method, _decode_one, buf, spb.ExtendResult, _RESULT_PATH)
 
 
 def decode_response(buf, method="Extend"):
     """Serialised ExtendResponse (an Extend reply) → (ExtendResponse without o.data, data
     span or None). Raises Internal for malformed bytes."""
-    def run():
-        msg = spb.ExtendResponse()
-        return msg, _merge_response(msg, buf, memoryview(buf), 0, len(buf), None)
-    return _guard(method, run)
-
+    return _guard(method, _decode_one, buf, spb.ExtendResponse, _RESULT_PATH[1:])
