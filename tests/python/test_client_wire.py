@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
 import attention_client as ac  # noqa: E402
 from attention_client import AttentionClient, wire  # noqa: E402
-from attention_client import fastpath as fp  # noqa: E402
 from attention_client._pb import attention_pb2 as pb  # noqa: E402
 from attention_client._pb import sequence_pb2 as spb  # noqa: E402
 from attention_client.sequence import Sequence  # noqa: E402
@@ -371,3 +370,31 @@ def test_live_extend_and_stream_wire_equals_protobuf(live, walk):
         finally:
             live.wire = True
     assert got[True] == got[False] and got[True][-1] == 8
+
+
+def test_live_asyncio_wire_equals_protobuf(live, walk):
+    import asyncio
+    from attention_client.aio import AsyncAttentionClient
+    rng = np.random.default_rng(6)
+    data = [[tensors(rng, (t, n, H), "float16", "numpy")[1] for n in (N, K, K)]
+            for t in (3, 2, 1)]
+
+    async def main(use_wire):
+        async with AsyncAttentionClient(live.target, timeout=30) as c:
+            c.wire = use_wire
+            seqs = [await c.create_sequence(1, N, K, H, dtype="float16") for _ in range(2)]
+            tm = {}
+            res = await c.extend_batch([(s, 0, None, *data[i]) for i, s in enumerate(seqs)],
+                                       timings=tm)
+            out = [r.o.tobytes() for r in res]
+            out.append((await seqs[0].extend(0, None, *data[2])).o.tobytes())
+            async with c.extend_stream() as st:
+                out.append((await (await st.submit(seqs[1], 0, None, *data[2]))).o.tobytes())
+            for s in seqs:
+                await s.release()
+            return out, tm, "ExtendBatch" in getattr(c, "_raw_calls", {})
+
+    w, tm, raw = asyncio.run(main(True))
+    p, _, raw_p = asyncio.run(main(False))
+    assert w == p and raw and not raw_p
+    assert set(tm) == set(ac.extend_calls.PHASES)
