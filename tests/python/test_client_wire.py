@@ -398,3 +398,28 @@ def test_live_asyncio_wire_equals_protobuf(live, walk):
     p, _, raw_p = asyncio.run(main(False))
     assert w == p and raw and not raw_p
     assert set(tm) == set(ac.extend_calls.PHASES)
+
+
+@pytest.mark.parametrize("use_wire", [True, False])
+def test_live_wire_keeps_metadata_limits_and_errors(live, use_wire):
+    """The raw-bytes callables send the same identity metadata (another identity's sequence
+    is NotFound per step) and map request-level failures the same way (a request over the
+    channel's send limit: ResourceExhausted)."""
+    rng = np.random.default_rng(8)
+    qkv = [tensors(rng, (4, n, H), "float16", "numpy")[1] for n in (N, K, K)]
+    with AttentionClient(live.target, timeout=30, identity="alice") as a, \
+            AttentionClient(live.target, timeout=30, identity="bob") as b, \
+            AttentionClient(live.target, timeout=30, identity="alice",
+                            max_message_bytes=256) as small:
+        for c in (a, b, small):
+            c.wire = use_wire
+        with a.create_sequence(1, N, K, H, dtype="float16") as s:
+            r = b.extend_batch([(s, 0, 0, *qkv)], fast=True)[0]
+            assert isinstance(r, ac.NotFound), r
+            with pytest.raises(ac.ResourceExhausted):
+                small.extend_batch([(s, 0, 0, *qkv)], fast=True)
+            with pytest.raises(ac.ResourceExhausted):
+                Sequence(small, s.info).extend(0, 0, *qkv, fast=True)
+            ok = a.extend_batch([(s, 0, 0, *qkv)], fast=True)[0]
+            assert ok.length == 4 and s.layer_lengths == [4]
+        assert ("ExtendBatch" in getattr(b, "_raw_calls", {})) == use_wire
