@@ -276,6 +276,15 @@ def table(doc, layers):
         for call, sm in (t.get("python_empty_calls_us") or {}).items():
             lines.append(f"[{name}] Python {call}: p50 {sm['p50']:.0f} us, p99 "
                          f"{sm['p99']:.0f} us")
+        for c in t.get("cases", []):
+            for kind in ("prefill", "decode"):
+                lc = c.get(f"{kind}_layer_calls") or {}
+                if "client_rpc_us" not in lc:
+                    continue
+                lines.append(f"[{name}] P={c['prompt']} B={c['batch']} {kind} layer call, client "
+                             "phases p50 ms: " + ", ".join(
+                                 f"{ph} {lc[f'client_{ph}_us']['p50'] / 1e3:.3f}" for ph in
+                                 ("gather", "encode", "rpc", "decode", "scatter")))
         cpp = t.get("cpp_tiny_calls", {})
         if cpp.get("latency_ms"):
             lines.append(f"[{name}] C++ tiny Attend (loadgen): p50 "

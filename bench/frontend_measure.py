@@ -173,8 +173,10 @@ def server_decode(am, ids, new, torch):
 
 def call_breakdown(timings):
     """Per-layer-call breakdown (µs, p50/p99): the adapter's torch conversion, the client
-    call (client encode/decode + transport + server), the server's phases, and client call
-    minus server total (the client's protobuf work and the transport)."""
+    call (client encode/decode + transport + server), the server's phases, client call minus
+    server total (the client's protobuf work and the transport), and the client call's own
+    phases (client_gather_us, client_encode_us, client_rpc_us, client_decode_us,
+    client_scatter_us: attention_client.layer_calls.CallTiming.client)."""
     if not timings:
         return None
     out = {"calls": len(timings),
@@ -185,6 +187,8 @@ def call_breakdown(timings):
     for phase in ("decode", "queue", "host_to_device", "kernel", "device_to_host", "encode",
                   "total"):
         out[f"server_{phase}_us"] = summary([t.server.get(phase, 0) for t in timings])
+    for phase in ("gather", "encode", "rpc", "decode", "scatter"):  # CallTiming.client
+        out[f"client_{phase}_us"] = summary([t.client.get(f"{phase}_us", 0) for t in timings])
     return out
 
 

@@ -287,3 +287,9 @@ def test_frontend_bench_runs_tiny(tmp_path):
     tf = doc["server"]["tcp"]["teacher_forced"]["server_vs_full"]
     assert tf["max_abs"] < 1e-4 and tf["argmax_agreement"] == 1.0  # float32: no noise to speak of
     assert "server p50 ms" in p.stdout  # the table was printed
+    assert "decode layer call, client phases p50 ms: gather" in p.stdout
+    for c in cases:  # the client call's own phases, per layer call (CallTiming.client)
+        dc = c["decode_layer_calls"]
+        assert all(dc[f"client_{ph}_us"]["p50"] > 0 for ph in
+                   ("gather", "encode", "rpc", "decode", "scatter"))
+        assert dc["client_rpc_us"]["p50"] < dc["client_call_us"]["p50"]

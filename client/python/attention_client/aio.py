@@ -19,12 +19,12 @@ import collections
 
 import grpc
 
-from . import fastpath as _fp
 from ._pb import attention_pb2 as pb
 from ._pb import sequence_pb2 as spb
 from .client import AttentionClient
 from .ecosystems import layout_hint
-from .errors import InvalidArgument, NotFound, Unavailable, from_code, from_rpc_error
+from .extend_calls import Phases
+from .errors import InvalidArgument, NotFound, Unavailable, from_rpc_error
 from .sequence import Sequence
 
 
@@ -95,14 +95,16 @@ class AsyncAttentionClient(AttentionClient):
                                 spb.GetSequenceRequest(sequence_id=sequence_id), timeout)
         return AsyncSequence(self, resp.sequence)
 
-    async def extend_batch(self, steps, *, timeout=None, fast=None):
+    async def extend_batch(self, steps, *, timeout=None, fast=None, timings=None):
         """ExtendBatch → list of ExtendResult or AttentionError (see
         AttentionClient.extend_batch)."""
         steps = list(steps)
+        tm = Phases(timings)
         p = self._plan(steps, fast)
-        req = self._batch_request(steps, p)
-        resp = await self._call(self._seq.ExtendBatch, "ExtendBatch", req, timeout)
-        return self._batch_results(steps, resp, p)
+        req = self._batch_request(steps, p, tm)
+        resp = await self._call(self._unary("ExtendBatch", p), "ExtendBatch", req, timeout)
+        tm.lap("rpc_us")
+        return self._batch_results(steps, resp, p, "ExtendBatch", tm)
 
     def extend_stream(self, *, timeout=None, max_in_flight=3):
         """Opens an ExtendStream → AsyncExtendStream (``async with``)."""
@@ -126,18 +128,10 @@ class AsyncSequence(Sequence):
     async def extend(self, layer, position, q, k, v, *, timeout=None, fast=None):
         """One Extend step → ExtendResult (see Sequence.extend)."""
         c = self._client
-        step = [(self, layer, position, q, k, v)]
-        p = c._plan(step, fast)
-        if p is None:
-            req = c._extend_request(self, layer, position, q, k, v)
-        else:
-            req = spb.ExtendRequest()
-            c._fast_fill(req, p, step[0], _fp.tensor_bytes(p, [q, k, v]))
-        resp = await c._call(c._seq.Extend, "Extend", req, timeout)
-        o = None if p is None else _fp.scatter(p, [(tuple(q.shape), resp.o)])[0]
-        res = c._extend_result(resp, q, o)
-        self._lengths[layer] = res.length
-        return res
+        step = (self, layer, position, q, k, v)
+        p = c._plan([step], fast)
+        resp = await c._call(c._unary("Extend", p), "Extend", c._step_request(step, p), timeout)
+        return c._extend_response(step, resp, p)
 
     async def refresh(self, *, timeout=None):
         c = self._client
@@ -183,7 +177,10 @@ class AsyncExtendStream:
         self._pending = collections.deque()
         self._error = None
         self._closed = False
-        self._call = client._seq.ExtendStream(timeout=timeout, metadata=client._metadata())
+        self._raw = bool(client.wire)  # wire path: bytes both ways (requests of any path)
+        opener = (client._raw_call("ExtendStream", "stream_stream") if self._raw
+                  else client._seq.ExtendStream)
+        self._call = opener(timeout=timeout, metadata=client._metadata())
         self._reader = asyncio.ensure_future(self._read())
 
     async def __aenter__(self):
@@ -211,12 +208,7 @@ class AsyncExtendStream:
             self._pending.popleft()[0].set_exception(self._error)
 
     def _finish(self, step, p, r):
-        if r.code != 0:
-            raise from_code(r.code, r.message, "ExtendStream")
-        o = None if p is None else _fp.scatter(p, [(tuple(step[3].shape), r.response.o)])[0]
-        res = self._client._extend_result(r.response, step[3], o)
-        step[0]._lengths[step[1]] = res.length
-        return res
+        return self._client._stream_result(step, p, r)
 
     async def submit(self, sequence, layer, position, q, k, v, *, fast=None):
         """Sends one step (waits for the write) → asyncio.Future of ExtendResult."""
@@ -229,11 +221,7 @@ class AsyncExtendStream:
         position = c._position(sequence, layer, position)
         step = (sequence, layer, position, q, k, v)
         p = c._plan([step], fast)
-        if p is None:
-            req = c._extend_request(*step)
-        else:
-            req = spb.ExtendRequest()
-            c._fast_fill(req, p, step, _fp.tensor_bytes(p, [q, k, v]))
+        req = c._step_request(step, p, raw=self._raw)
         fut = asyncio.get_running_loop().create_future()
         self._pending.append((fut, step, p))
         sequence._lengths[int(layer)] = position + int(q.shape[0])

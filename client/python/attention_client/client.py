@@ -6,14 +6,14 @@ from typing import Optional
 import grpc
 import numpy as np
 
-from . import fastpath as _fp
 from . import tensors as _t
 from .ecosystems import layout_hint
 from ._pb import attention_pb2 as pb
 from ._pb import attention_pb2_grpc as pb_grpc
 from ._pb import sequence_pb2 as spb
 from ._pb import sequence_pb2_grpc as spb_grpc
-from .errors import Internal, InvalidArgument, from_code, from_rpc_error
+from .errors import InvalidArgument, from_rpc_error
+from .extend_calls import ExtendCalls, Phases
 from .sequence import Sequence
 
 _CAUSAL = {None: pb.CAUSAL_NONE, "none": pb.CAUSAL_NONE, "top_left": pb.CAUSAL_TOP_LEFT,
@@ -76,7 +76,7 @@ def _lengths(x, name):
     return out
 
 
-class AttentionClient:
+class AttentionClient(ExtendCalls):
     """Client for one attention-server.
 
     AttentionClient(target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
@@ -97,6 +97,8 @@ class AttentionClient:
     identity= is ignored by the server.
     Use as a context manager or call close(). Thread-safe (one gRPC channel).
     Every failed RPC raises an AttentionError subclass (see attention_client.errors).
+    Attribute wire (default True): the fast path of Extend/ExtendBatch/ExtendStream builds and
+    reads the wire bytes itself (attention_client.wire); False: through protobuf messages.
     """
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
@@ -302,56 +304,6 @@ class AttentionClient:
         return Sequence(self, info)
 
     @staticmethod
-    def _position(seq, layer, position):
-        if position is None:
-            if not 0 <= int(layer) < len(seq.layer_lengths):
-                raise InvalidArgument(
-                    f"layer: expected [0, {len(seq.layer_lengths)}), got {layer}",
-                    method="Extend")
-            position = seq._lengths[layer]
-        return int(position)
-
-    def _extend_request(self, seq, layer, position, q, k, v):
-        """The old path: arrays converted through numpy (torch bf16 widened to float32)."""
-        qa, qwire = _t.to_numpy(q)
-        ka, _ = _t.to_numpy(k)
-        va, _ = _t.to_numpy(v)
-        wire = seq.info.dtype
-        position = self._position(seq, layer, position)
-        return spb.ExtendRequest(sequence_id=seq.id, layer=int(layer), position=position,
-                                 q=_t.encode(qa, wire), k=_t.encode(ka, wire),
-                                 v=_t.encode(va, wire))
-
-    @staticmethod
-    def _plan(steps, fast):
-        """fastpath.Plan for these steps, or None for the old path. fast: None (fast when
-        possible), True (fast or InvalidArgument saying why not), False (old path)."""
-        if fast is False:
-            return None
-        p, why = _fp.plan(steps)
-        if p is None and fast:
-            raise InvalidArgument(f"fast=True but the fast path cannot take these tensors: {why}")
-        return p
-
-    def _fast_fill(self, msg, p, step, data):
-        seq, layer, position, q, k, v = step
-        msg.sequence_id = seq.id
-        msg.layer = int(layer)
-        msg.position = self._position(seq, layer, position)
-        for m, t, d in zip((msg.q, msg.k, msg.v), (q, k, v), data):
-            _fp.fill_tensor(m, p.wire, t.shape, d)
-
-    def _batch_request(self, steps, p):
-        """ExtendBatchRequest for `steps` by Plan `p` (None: the old path)."""
-        if p is None:
-            return spb.ExtendBatchRequest(steps=[self._extend_request(*s) for s in steps])
-        data = _fp.tensor_bytes(p, [t for s in steps for t in s[3:6]])
-        req = spb.ExtendBatchRequest()
-        for i, s in enumerate(steps):
-            self._fast_fill(req.steps.add(), p, s, data[3 * i:3 * i + 3])
-        return req
-
-    @staticmethod
     def _extend_result(resp, q, o=None):
         if o is None:
             o = _t.decode(resp.o)
@@ -360,29 +312,7 @@ class AttentionClient:
         return ExtendResult(o=o, length=int(resp.length), replayed=bool(resp.replayed),
                             report=Report.from_pb(resp.report))
 
-    @staticmethod
-    def _batch_results(steps, resp, p, method="ExtendBatch"):
-        """ExtendBatchResponse (or a list of ExtendResult messages) → list of ExtendResult or
-        AttentionError, updating the handles' lengths."""
-        results = list(resp.results) if hasattr(resp, "results") else list(resp)
-        if len(results) != len(steps):
-            raise Internal(f"{method}: {len(results)} results for {len(steps)} steps")
-        os_ = None
-        if p is not None:
-            os_ = _fp.scatter(p, [(tuple(s[3].shape), r.response.o) if r.code == 0 else None
-                                  for s, r in zip(steps, results)])
-        out = []
-        for i, (s, r) in enumerate(zip(steps, results)):
-            if r.code != 0:
-                out.append(from_code(r.code, r.message, method))
-                continue
-            res = AttentionClient._extend_result(r.response, s[3],
-                                                 None if os_ is None else os_[i])
-            s[0]._lengths[s[1]] = res.length
-            out.append(res)
-        return out
-
-    def extend_batch(self, steps, *, timeout=None, fast=None):
+    def extend_batch(self, steps, *, timeout=None, fast=None, timings=None):
         """ExtendBatch: one layer's step for many sequences.
 
         steps: iterable of (sequence, layer, position, q, k, v) (position None: the handle's
@@ -394,12 +324,18 @@ class AttentionClient:
         tensor (one device) or numpy array already of the sequences' dtype, else the old path
         (converted through numpy/float32). True: the fast path or InvalidArgument saying why
         not. False: the old path. Both give the same values; the fast path's o of all steps
-        are views of one tensor/array in q's dtype on q's device."""
+        are views of one tensor/array in q's dtype on q's device. The fast path goes through
+        attention_client.wire (request bytes built with one copy of the tensor bytes, o copied
+        once from the reply) unless client.wire is False (protobuf messages).
+        timings: None, or a dict to which the call adds the µs of its phases (gather_us,
+        encode_us, rpc_us, decode_us, scatter_us; see attention_client.extend_calls)."""
         steps = list(steps)
+        tm = Phases(timings)
         p = self._plan(steps, fast)
-        req = self._batch_request(steps, p)
-        resp = self._call(self._seq.ExtendBatch, "ExtendBatch", req, timeout)
-        return self._batch_results(steps, resp, p)
+        req = self._batch_request(steps, p, tm)
+        resp = self._call(self._unary("ExtendBatch", p), "ExtendBatch", req, timeout)
+        tm.lap("rpc_us")
+        return self._batch_results(steps, resp, p, "ExtendBatch", tm)
 
     def extend_stream(self, *, timeout=None, max_in_flight=3):
         """Opens an ExtendStream: → :class:`attention_client.stream.ExtendStream` (submit steps,

@@ -116,30 +116,37 @@ def _check_nonempty(t):
                               "(use lengths 0 for empty entries)")
 
 
-def tensor_bytes(p, tensors):
-    """The raw bytes of each tensor (row-major), gathered per Plan `p` (one device→host copy for
-    CUDA). Returns a list of bytes, one per tensor, in order."""
+def tensor_views(p, tensors):
+    """The raw bytes of each tensor (row-major) as 1-D uint8 buffers (numpy arrays), gathered
+    per Plan `p`, in order. numpy / torch CPU: views of the (contiguous) tensors themselves
+    (a copy only for a non-contiguous one); CUDA: views of the per-thread pinned buffer after
+    ONE device→host copy of all of them (valid until this thread's next gather).
+    Raises InvalidArgument for a tensor with an extent 0."""
     for t in tensors:
         _check_nonempty(t)
     if p.kind == "numpy":
-        return [np.ascontiguousarray(t).tobytes() for t in tensors]
+        return [np.ascontiguousarray(t).reshape(-1).view(np.uint8) for t in tensors]
     import torch
     if p.kind == "torch_cpu":
-        return [t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                for t in tensors]
+        return [t.detach().contiguous().reshape(-1).view(torch.uint8).numpy() for t in tensors]
     flats = [t.detach().reshape(-1) for t in tensors]
     flat = torch.cat(flats) if len(flats) > 1 else flats[0]
     item = _ITEMSIZE[p.wire]
     nbytes = flat.numel() * item
     host, host_np = _PINNED.get("in", nbytes)
     host[:nbytes].view(p.dtype).copy_(flat)  # the one device→host copy (synchronous)
-    mv = memoryview(host_np)
     out, off = [], 0
     for f in flats:
         n = f.numel() * item
-        out.append(bytes(mv[off:off + n]))
+        out.append(host_np[off:off + n])
         off += n
     return out
+
+
+def tensor_bytes(p, tensors):
+    """As tensor_views, but each tensor's bytes copied into a bytes object (the protobuf
+    path: they become pb.Tensor.data)."""
+    return [v.tobytes() for v in tensor_views(p, tensors)]
 
 
 def fill_tensor(msg, wire, shape, data):
@@ -150,18 +157,19 @@ def fill_tensor(msg, wire, shape, data):
 
 
 def scatter(p, outs):
-    """outputs → list of o. outs: list of (shape, pb.Tensor) or None (failed step: None kept).
-    One host buffer for all of them; CUDA: one host→device copy into a tensor of p.dtype on
+    """outputs → list of o. outs: list of (shape, wire dtype, data) or None (failed step: None
+    kept); data: the o bytes (bytes or a memoryview of the reply). One host buffer for all of
+    them (the one copy of the bytes); CUDA: one host→device copy into a tensor of p.dtype on
     p.device. Raises Internal when the server answered in another dtype or size."""
     item = _ITEMSIZE[p.wire]
     total = 0
     for o in outs:
         if o is None:
             continue
-        shape, t = o
+        shape, dtype, data = o
         n = int(np.prod(shape)) * item
-        if t.dtype != p.wire or len(t.data) != n:
-            raise Internal(f"server returned o of dtype {t.dtype} and {len(t.data)} bytes; "
+        if dtype != p.wire or len(data) != n:
+            raise Internal(f"server returned o of dtype {dtype} and {len(data)} bytes; "
                            f"expected {pb.DType.Name(p.wire)} {tuple(shape)}")
         total += n
     if p.kind == "cuda":
@@ -173,7 +181,7 @@ def scatter(p, outs):
         if o is None:
             spans.append(None)
             continue
-        data = o[1].data
+        data = o[2]
         host_np[off:off + len(data)] = np.frombuffer(data, dtype=np.uint8)
         spans.append((off // item, (off + len(data)) // item, o[0]))
         off += len(data)

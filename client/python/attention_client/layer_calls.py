@@ -38,11 +38,16 @@ class CallTiming:
     maxima over the call's steps of the server's ExecutionReport times (decode, queue,
     host_to_device, kernel, device_to_host, encode, total); steps of one ExtendBatch run
     concurrently on the server, so the maximum is the call's critical path. rows: steps sent.
-    tokens: query tokens sent.
+    tokens: query tokens sent. client: the client call's own phases (µs, summed over the calls
+    of a split step; extend_batch's timings=): gather_us (tensor views; for CUDA the one
+    device→host copy), encode_us (request bytes/message), rpc_us (gRPC call and server; on the
+    protobuf path also protobuf's serialisation and parsing), decode_us (reading the reply),
+    scatter_us (o into the output buffer; for CUDA the one host→device copy).
     """
     convert_us: float = 0.0
     call_us: float = 0.0  # summed over the calls when a big step was split
     server: dict = dataclasses.field(default_factory=dict)
+    client: dict = dataclasses.field(default_factory=dict)
     rows: int = 0
     tokens: int = 0
 
@@ -148,7 +153,7 @@ class LayerCalls:
         chunk = max(1, self.max_call_bytes // max(1, len(rows) * per_token)) \
             if total > self.max_call_bytes else max([n for _, _, n in rows] or [1])
         out = torch.zeros(qh.shape, dtype=q.dtype)
-        failures, server = {}, {}
+        failures, server, phases = {}, {}, {}
         convert, call = time.perf_counter() - t0, 0.0
         for j0 in range(0, max([n for _, _, n in rows] or [0]), chunk):
             t1 = time.perf_counter()
@@ -167,7 +172,8 @@ class LayerCalls:
             results = []
             if steps:
                 self.rpcs += 1
-                results = self.client.extend_batch(steps, timeout=self.timeout)
+                results = self.client.extend_batch(steps, timeout=self.timeout,
+                                                   timings=phases)
             t3 = time.perf_counter()
             for (b, it), r in zip(part, results):
                 if isinstance(r, AttentionError):
@@ -191,7 +197,7 @@ class LayerCalls:
         if self.record:
             self.timings.append(CallTiming(
                 convert_us=convert * 1e6, call_us=call * 1e6, server=server, rows=len(rows),
-                tokens=sum(n for _, _, n in rows)))
+                tokens=sum(n for _, _, n in rows), client=phases))
         return out, failures
 
     def _extend_whole_rows(self, layer, seqs, positions, q, k, v, t0):
@@ -207,7 +213,8 @@ class LayerCalls:
                  for b in range(q.shape[0])]
         t1 = time.perf_counter()
         self.rpcs += 1
-        results = self.client.extend_batch(steps, timeout=self.timeout)
+        phases = {}
+        results = self.client.extend_batch(steps, timeout=self.timeout, timings=phases)
         t2 = time.perf_counter()
         failures, server = {}, {}
         outs = []
@@ -227,7 +234,8 @@ class LayerCalls:
         if self.record:
             self.timings.append(CallTiming(
                 convert_us=((t1 - t0) + (t3 - t2)) * 1e6, call_us=(t2 - t1) * 1e6,
-                server=server, rows=len(steps), tokens=len(steps) * q.shape[1]))
+                server=server, rows=len(steps), tokens=len(steps) * q.shape[1],
+                client=phases))
         return out, failures
 
 

@@ -1,6 +1,5 @@
 """Sequence: a handle on a server-side sequence (paged KV cache), from
 AttentionClient.create_sequence / AttentionClient.sequence."""
-from . import fastpath as _fp
 from ._pb import sequence_pb2 as spb
 from .errors import NotFound
 
@@ -48,18 +47,10 @@ class Sequence:
         sequence's dtype. Returns ExtendResult(o (T,N,H), length, replayed, report).
         fast: as in AttentionClient.extend_batch."""
         c = self._client
-        step = [(self, layer, position, q, k, v)]
-        p = c._plan(step, fast)
-        if p is None:
-            req = c._extend_request(self, layer, position, q, k, v)
-        else:
-            req = spb.ExtendRequest()
-            c._fast_fill(req, p, step[0], _fp.tensor_bytes(p, [q, k, v]))
-        resp = c._call(c._seq.Extend, "Extend", req, timeout)
-        o = None if p is None else _fp.scatter(p, [(tuple(q.shape), resp.o)])[0]
-        res = c._extend_result(resp, q, o)
-        self._lengths[layer] = res.length
-        return res
+        step = (self, layer, position, q, k, v)
+        p = c._plan([step], fast)
+        resp = c._call(c._unary("Extend", p), "Extend", c._step_request(step, p), timeout)
+        return c._extend_response(step, resp, p)
 
     def refresh(self, *, timeout=None):
         """GetSequence → SequenceInfo (also updates this handle)."""

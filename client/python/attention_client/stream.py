@@ -18,8 +18,7 @@ import threading
 
 import grpc
 
-from . import fastpath as _fp
-from .errors import InvalidArgument, Unavailable, from_code, from_rpc_error
+from .errors import InvalidArgument, Unavailable, from_rpc_error
 
 _END = object()
 
@@ -48,8 +47,11 @@ class ExtendStream:
         self._slots = threading.Semaphore(int(max_in_flight))
         self._error = None
         self._closed = False
-        self._call = client._seq.ExtendStream(iter(self._requests.get, _END), timeout=timeout,
-                                              metadata=client._metadata())
+        self._raw = bool(client.wire)  # wire path: bytes both ways (requests of any path)
+        opener = (client._raw_call("ExtendStream", "stream_stream") if self._raw
+                  else client._seq.ExtendStream)
+        self._call = opener(iter(self._requests.get, _END), timeout=timeout,
+                            metadata=client._metadata())
         self._reader = threading.Thread(target=self._read, name="attn-extend-stream",
                                         daemon=True)
         self._reader.start()
@@ -84,12 +86,7 @@ class ExtendStream:
             self._slots.release()
 
     def _finish(self, step, p, r):
-        if r.code != 0:
-            raise from_code(r.code, r.message, "ExtendStream")
-        o = None if p is None else _fp.scatter(p, [(tuple(step[3].shape), r.response.o)])[0]
-        res = self._client._extend_result(r.response, step[3], o)
-        step[0]._lengths[step[1]] = res.length
-        return res
+        return self._client._stream_result(step, p, r)
 
     def submit(self, sequence, layer, position, q, k, v, *, fast=None):
         """Sends one step; → Future of ExtendResult (see the class docstring)."""
@@ -97,12 +94,7 @@ class ExtendStream:
         position = c._position(sequence, layer, position)
         step = (sequence, layer, position, q, k, v)
         p = c._plan([step], fast)
-        if p is None:
-            req = c._extend_request(*step)
-        else:
-            from ._pb import sequence_pb2 as spb
-            req = spb.ExtendRequest()
-            c._fast_fill(req, p, step, _fp.tensor_bytes(p, [q, k, v]))
+        req = c._step_request(step, p, raw=self._raw)
         self._slots.acquire()
         fut = concurrent.futures.Future()
         with self._lock:
