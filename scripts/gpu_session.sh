@@ -96,7 +96,7 @@ for step in $steps; do
       chmod +x /tmp/attention-server /tmp/attention-loadgen
       export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
       ATTN_SERVER_BIN=/tmp/attention-server timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
-        "$root/tests/python/test_client_fastpath.py" -k "cuda or torch" 2>&1 | tail -n 8 |
+        "$root/tests/python/test_client_fastpath.py" "$root/tests/python/test_client_wire.py" -k "cuda or torch" 2>&1 | tail -n 8 |
         tee "$OUT/frontend/fastpath_cuda.txt"
       # shellcheck disable=SC2086
       PYTHONUNBUFFERED=1 timeout "${FRONTEND_TIMEOUT:-420}" python3 "$root/bench/frontend_bench.py" \
