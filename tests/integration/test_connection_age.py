@@ -11,6 +11,7 @@ to a few seconds:
    open a new stream, take the layer's length from GetSequence, and resend the step that
    failed at its position — the position/replay rule makes that safe: applied once (replayed
    when the first attempt had landed), and its output equals a control sequence's.
+3. AttentionClient's load_balancing: round_robin and pick_first both serve; others refused.
 
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_connection_age.py
 """
@@ -117,3 +118,17 @@ def test_stream_past_grace_gets_unavailable_and_a_resent_step_is_safe():
             seq.release()
             control.release()
         assert server.alive()
+
+
+def test_load_balancing_policy_is_checked():
+    # Both policies serve a single-server target; anything else is refused before any call.
+    with ServerProc("--threads", "2") as server:
+        x = np.ones((1, 4, 1, 8), np.float32)
+        for policy in ("round_robin", "pick_first"):
+            with AttentionClient(server.target, timeout=10, load_balancing=policy) as c:
+                assert c.attend(x, x, x).o.shape == x.shape
+    try:
+        AttentionClient("127.0.0.1:1", load_balancing="grpclb")
+        raise AssertionError("an unknown policy was accepted")
+    except ValueError as e:
+        assert "round_robin" in str(e)
