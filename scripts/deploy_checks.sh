@@ -8,9 +8,13 @@
 #  3. checkov over deploy/terraform, the rendered manifests and the Dockerfile (each finding is
 #     fixed or skipped inline with a reason: "checkov:skip=" comments / annotations);
 #  4. hadolint on the Dockerfile;
-#  5. scripts/deploy_consistency.py: ports, probes, drain timing, flags, HPA metric, terraform.
+#  5. scripts/deploy_consistency.py: ports, probes, drain timing, flags, HPA metrics, connection
+#     age, alert names and thresholds, terraform;
+#  6. promtool: check config (deploy/prometheus/prometheus.yml), check rules (alerts.yml) and
+#     the alert unit tests (alerts_test.yml); skipped with a message when promtool is missing.
 # Usage: scripts/deploy_checks.sh ATTENTION_SERVER_BIN
-# Tools: kubectl on PATH; checkov, kubernetes-validate, hadolint in $ATTN_DEPLOY_VENV
+# Tools: kubectl (and promtool, from scripts/bootstrap.sh's Prometheus) on PATH; checkov,
+# kubernetes-validate, hadolint in $ATTN_DEPLOY_VENV
 # (default ~/.cache/attention-server/deploy-venv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,4 +57,13 @@ echo "hadolint: clean"
 
 echo "== consistency"
 "$venv/bin/python" "$root/scripts/deploy_consistency.py" "$work/rendered.yaml" "$server" "$root"
+
+echo "== promtool (Prometheus config, alert rules, alert unit tests)"
+if command -v promtool >/dev/null; then
+  promtool check config "$root/deploy/prometheus/prometheus.yml"
+  promtool check rules "$root/deploy/prometheus/alerts.yml"
+  (cd "$root/deploy/prometheus" && promtool test rules alerts_test.yml)
+else
+  echo "promtool: SKIPPED (not on PATH; scripts/bootstrap.sh installs Prometheus)"
+fi
 echo "deploy checks: all passed"

@@ -11,7 +11,10 @@ Fails (exit 1, one line per problem) when:
   ports in ATTN_LISTEN / ATTN_HEALTH_ADDRESS / ATTN_METRICS_ADDRESS;
 - the Deployment does not ask for one nvidia.com/gpu on nvidia-l4 nodes with a toleration, or
   its securityContext is not non-root / read-only / no escalation / drop ALL;
-- the HPA's metric is not a gauge the server exports (server/metrics/metrics.cc);
+- an HPA metric is not a gauge the server exports (server/metrics/metrics.cc), or the HPA
+  does not scale on both attn_requests_queued and attn_kv_used_ratio;
+- the ConfigMap sets no connection age or grace, or deploy/prometheus/alerts.yml lacks an
+  alert or its queue threshold is not a share of ATTN_MAX_QUEUE_REQUESTS;
 - the PodMonitoring does not match the CRD schema subset (deploy/k8s/schemas);
 - the terraform lacks the L4 pool with driver LATEST or Managed Prometheus.
 """
@@ -97,12 +100,33 @@ except jsonschema.ValidationError as e:
 check(all(e["port"] == "metrics" for e in pm["spec"]["endpoints"]), "PodMonitoring port")
 
 hpa = by_kind["HorizontalPodAutoscaler"][0]
-metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
-m = re.fullmatch(r"prometheus\.googleapis\.com\|(\w+)\|gauge", metric)
 gauges = set(re.findall(r'GaugeFamily\("(\w+)"', open(f"{root}/server/metrics/metrics.cc").read()))
-check(m is not None and m.group(1) in gauges, f"HPA metric {metric}: not a server gauge")
+scaled_on = set()
+for spec in hpa["spec"]["metrics"]:
+    metric = spec["pods"]["metric"]["name"]
+    m = re.fullmatch(r"prometheus\.googleapis\.com\|(\w+)\|gauge", metric)
+    check(m is not None and m.group(1) in gauges, f"HPA metric {metric}: not a server gauge")
+    if m:
+        scaled_on.add(m.group(1))
+check({"attn_requests_queued", "attn_kv_used_ratio"} <= scaled_on,
+      f"HPA scales on {sorted(scaled_on)}, not on both queue depth and KV usage")
 check(hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"], "HPA target")
 check(by_kind.get("PodDisruptionBudget"), "no PodDisruptionBudget")
+
+# Connection age (clients re-resolve the headless Service) with a bounded grace for streams.
+age = float(flags.get("ATTN_MAX_CONNECTION_AGE_S", "0"))
+age_grace = float(flags.get("ATTN_MAX_CONNECTION_AGE_GRACE_S", "0"))
+check(age > 0, "ATTN_MAX_CONNECTION_AGE_S is not set: clients never re-resolve")
+check(age_grace > 0, "ATTN_MAX_CONNECTION_AGE_GRACE_S is not set (0: aged connections never close)")
+# The queue-saturation alert's threshold is 80 % of ATTN_MAX_QUEUE_REQUESTS.
+alerts = yaml.safe_load(open(f"{root}/deploy/prometheus/alerts.yml"))
+rules = {r["alert"]: r for g in alerts["groups"] for r in g["rules"]}
+check(set(rules) >= {"AttentionServerDown", "AttentionServerHighErrorRatio",
+                     "AttentionServerKvCacheNearlyFull", "AttentionServerStepLatencyHigh",
+                     "AttentionServerQueueSaturated"}, f"alerts.yml lacks alerts: {sorted(rules)}")
+queue_expr = rules.get("AttentionServerQueueSaturated", {}).get("expr", "")
+check(f"* {flags['ATTN_MAX_QUEUE_REQUESTS']}" in queue_expr,
+      f"queue alert {queue_expr!r} is not a share of ATTN_MAX_QUEUE_REQUESTS")
 
 dockerfile = open(f"{root}/Dockerfile").read()
 exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", dockerfile, re.M)

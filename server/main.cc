@@ -21,12 +21,14 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/backend_factory.h"
 #include "common/logging.h"
 #include "common/unix_socket.h"
 #include "config/server_flags.h"
 #include "kv_cache/kv_runtime.h"
+#include "kv_cache/sequence_id.h"
 #include "kv_cache/sequence_store.h"
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
@@ -38,6 +40,7 @@
 #include "security/without_reflection.h"
 #include "service/attention_service.h"
 #include "service/load_report.h"
+#include "service/replica_tag_header.h"
 #include "service/sequence_service.h"
 #include "service/worker_pool.h"
 #include "version.h"
@@ -257,6 +260,21 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
   }
   if (config.max_connection_idle_s > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(config.max_connection_idle_s));
+  }
+  // Connection age (issue 19): long-lived clients reconnect, re-resolving the headless Service.
+  if (config.max_connection_age_s > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(config.max_connection_age_s));
+    if (config.max_connection_age_grace_s > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                 ms(config.max_connection_age_grace_s));
+    }
+  }
+  {
+    // x-attn-replica-tag on every response (service/replica_tag_header.h): the ids' tag.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> tag;
+    tag.push_back(
+        attn::MakeReplicaTagInterceptor(attn::ReplicaTagHex(sequences.options().replica_tag)));
+    builder.experimental().SetInterceptorCreators(std::move(tag));
   }
   service.SetCallGate(security->gate.get());
   sequence_service.SetCallGate(security->gate.get());

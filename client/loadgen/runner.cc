@@ -39,6 +39,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const RunOptions& options) {
   args.SetMaxReceiveMessageSize(static_cast<int>(bytes));
   // A private subchannel pool gives each worker its own TCP connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Attend is stateless: spread calls over every address the target resolves to (a headless
+  // Service: one per ready pod); when the server's --max-connection-age-s closes a connection
+  // the name is resolved again, so pods added since get calls.
+  args.SetLoadBalancingPolicyName("round_robin");
   return MakeSecureChannel(options.target, options.security, args);
 }
 

@@ -482,6 +482,10 @@ class SessionRunner {
     args.SetMaxSendMessageSize(bytes);
     args.SetMaxReceiveMessageSize(bytes);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // Sequences live on the replica that created them: one connection per worker (pick_first),
+    // never round_robin, which would send a sequence's next step to another replica
+    // (NOT_FOUND). Session runs target one replica (README "Connection age and re-resolving").
+    args.SetLoadBalancingPolicyName("pick_first");
     return MakeSecureChannel(o_.run.target, o_.run.security, args);
   }
 

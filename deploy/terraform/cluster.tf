@@ -26,7 +26,7 @@ resource "google_container_cluster" "attention" {
   subnetwork                  = google_compute_subnetwork.attention.id
   remove_default_node_pool    = true
   initial_node_count          = 1
-  deletion_protection         = true
+  deletion_protection         = var.deletion_protection
   enable_shielded_nodes       = true
   enable_intranode_visibility = true
 
@@ -70,9 +70,11 @@ resource "google_container_cluster" "attention" {
   }
 
   # Google Cloud Managed Service for Prometheus: collectors scrape the PodMonitoring in
-  # deploy/k8s; the HPA reads the queue-depth metric back through the Stackdriver adapter.
+  # deploy/k8s; the HPA reads queue depth and KV usage back through the Stackdriver adapter.
+  # "DCGM": GKE runs NVIDIA's dcgm-exporter on the GPU nodes and Managed Prometheus scrapes
+  # it (DCGM_FI_* GPU metrics; needs the GKE-installed driver of the L4 pool below).
   monitoring_config {
-    enable_components = ["SYSTEM_COMPONENTS"]
+    enable_components = ["SYSTEM_COMPONENTS", "DCGM"]
     managed_prometheus {
       enabled = true
     }

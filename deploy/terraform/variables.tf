@@ -56,3 +56,9 @@ variable "master_authorized_cidr" {
   type        = string
   default     = "10.0.0.0/8"
 }
+
+variable "deletion_protection" {
+  description = "Refuse to delete the cluster (terraform destroy fails while true). Set false with terraform apply first to tear down (deploy/README.md \"Teardown\")."
+  type        = bool
+  default     = true
+}

@@ -53,6 +53,16 @@ void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
                  "close (GOAWAY) a connection with no call for this long; 0: never")
       ->check(CLI::Range(0.0, 86400.0 * 30))
       ->capture_default_str();
+  app.add_option("--max-connection-age-s", c->max_connection_age_s,
+                 "GOAWAY a connection this long after it opened (±10 % jitter) so clients "
+                 "reconnect and re-resolve; 0: never")
+      ->check(CLI::Range(0.0, 86400.0 * 30))
+      ->capture_default_str();
+  app.add_option("--max-connection-age-grace-s", c->max_connection_age_grace_s,
+                 "after that GOAWAY, calls still open (ExtendStream) may run this long, then "
+                 "the connection is closed and they get UNAVAILABLE; 0: unlimited")
+      ->check(CLI::Range(0.0, 86400.0 * 30))
+      ->capture_default_str();
 }
 
 }  // namespace attn

@@ -37,6 +37,10 @@ struct ServerConfig {
   bool drain_wait_sequences = false;
   /// host:port clients can reach this replica at (sequence routing, DESIGN.md §12); may be empty.
   std::string advertise_address;
+  /// This replica's tag, 8 lowercase hex digits: the prefix of every sequence id it mints, the
+  /// x-attn-replica-tag response header of every call and GetServerInfo.replica.replica_tag.
+  /// Empty (default): a random tag drawn at start (a restart never accepts older ids).
+  std::string replica_tag;
   std::string metrics_address = "127.0.0.1:9464";  ///< Prometheus /metrics; empty disables
   bool metrics_address_given = false;  ///< --metrics-address was given: failing to bind is fatal
   double shadow_check_fraction = 0.0;  ///< share of Attend calls re-checked on the cpu reference
@@ -80,6 +84,12 @@ struct ServerConfig {
   double keepalive_time_s = 60.0;             ///< server pings an idle connection this often
   double keepalive_timeout_s = 20.0;          ///< and closes it when no ack comes in time
   double max_connection_idle_s = 600.0;       ///< closes connections without calls this long
+  /// GOAWAY a connection this long after it opened (gRPC adds ±10 % jitter), so long-lived
+  /// clients reconnect and re-resolve (new pods of a headless Service get traffic); 0: never.
+  double max_connection_age_s = 0.0;
+  /// After that GOAWAY, calls still open on the connection may run this long before it is
+  /// closed (they then fail with UNAVAILABLE); 0: unlimited (gRPC's default).
+  double max_connection_age_grace_s = 0.0;
   // cuDNN and auto calibration (backends/cudnn_backend.h, backends/calibration.h).
   std::string cudnn_library;           ///< --cudnn-library (empty: cudnn_library.h's search)
   /// Graph buckets built at start (backends/cudnn_warmup.h format); empty: none.

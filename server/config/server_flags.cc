@@ -184,6 +184,19 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
             return "";
           },
           "HOST:PORT"));
+  app.add_option("--replica-tag", c->replica_tag,
+                 "this replica's tag, 8 lowercase hex digits: prefix of the sequence ids it "
+                 "mints and the x-attn-replica-tag response header of every call, for routers "
+                 "(empty: random at each start, so a restarted replica refuses older ids)")
+      ->check(CLI::Validator(
+          [](std::string& t) -> std::string {
+            if (t.empty() ||
+                (t.size() == 8 && t.find_first_not_of("0123456789abcdef") == std::string::npos)) {
+              return "";
+            }
+            return "expected 8 lowercase hex digits (e.g. 0a1b2c3d), got \"" + t + "\"";
+          },
+          "HEX8"));
   app.add_option("--metrics-address", c->metrics_address,
                  "Prometheus metrics endpoint host:port, path /metrics (empty: disabled)")
       ->capture_default_str();

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 #include "kv_cache/cpu_paged_attention.h"
 #include "kv_cache/sequence_id.h"
 #include "memory/host_pool.h"
@@ -53,8 +55,12 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
       PagePoolOptions{config.kv_page_tokens, config.kv_chunk_pages, config.kv_debug_poison});
   SequenceStoreOptions store_options;
   store_options.evict_idle = config.kv_evict_idle;
-  // Sequence routing (kv_cache/sequence_id.h): ids carry this process's random replica tag.
-  store_options.replica_tag = NewReplicaTag();
+  // Sequence routing (kv_cache/sequence_id.h): ids carry this process's replica tag, random
+  // unless --replica-tag fixed it (8 hex digits, checked by the flag parser).
+  store_options.replica_tag =
+      config.replica_tag.empty()
+          ? NewReplicaTag()
+          : static_cast<uint32_t>(std::stoul(config.replica_tag, nullptr, 16));
   store_options.replica_address = config.advertise_address;
   store_options.ttl_s = config.sequence_ttl_s;
   store_options.replay_cache_bytes = config.replay_cache_bytes;

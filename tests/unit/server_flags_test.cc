@@ -102,5 +102,51 @@ TEST(ServerFlagsEnv, EmptyMetricsAddressVariableDisablesMetrics) {
   EXPECT_TRUE(f.metrics_address_given);
 }
 
+TEST(ServerFlagsConnectionAge, OffByDefaultAndSetFromFlagsOrVariables) {
+  ServerConfig d;
+  std::string out;
+  ASSERT_EQ(ParseCaptured({}, &d, &out), -1) << out;
+  EXPECT_EQ(d.max_connection_age_s, 0.0);  // a bare server never ages connections out
+  EXPECT_EQ(d.max_connection_age_grace_s, 0.0);
+  ServerConfig c;
+  ASSERT_EQ(ParseCaptured({"--max-connection-age-s", "300", "--max-connection-age-grace-s=150"},
+                          &c, &out),
+            -1)
+      << out;
+  EXPECT_EQ(c.max_connection_age_s, 300.0);
+  EXPECT_EQ(c.max_connection_age_grace_s, 150.0);
+  setenv("ATTN_MAX_CONNECTION_AGE_S", "1.5", 1);
+  ServerConfig e;
+  ASSERT_EQ(ParseCaptured({}, &e, &out), -1) << out;
+  EXPECT_EQ(e.max_connection_age_s, 1.5);
+  setenv("ATTN_MAX_CONNECTION_AGE_S", "-1", 1);  // below the range
+  ServerConfig bad;
+  EXPECT_GT(ParseCaptured({}, &bad, &out), 0);
+  unsetenv("ATTN_MAX_CONNECTION_AGE_S");
+  EXPECT_NE(out.find("environment variable ATTN_MAX_CONNECTION_AGE_S=-1"), std::string::npos)
+      << out;
+  std::string help;
+  ASSERT_EQ(ParseCaptured({"--help"}, &d, &help), 0);
+  const size_t group = help.find("\nLimits & hostile clients:\n");
+  ASSERT_NE(group, std::string::npos) << help;
+  EXPECT_GT(help.find("--max-connection-age-s "), group) << help;
+  EXPECT_GT(help.find("--max-connection-age-grace-s "), group) << help;
+}
+
+TEST(ServerFlagsReplicaTag, AcceptsEightHexDigitsOnly) {
+  ServerConfig d;
+  std::string out;
+  ASSERT_EQ(ParseCaptured({}, &d, &out), -1) << out;
+  EXPECT_EQ(d.replica_tag, "");  // random per process (kv_cache/sequence_id.h)
+  ServerConfig c;
+  ASSERT_EQ(ParseCaptured({"--replica-tag", "0a1b2c3d"}, &c, &out), -1) << out;
+  EXPECT_EQ(c.replica_tag, "0a1b2c3d");
+  for (const char* bad : {"0A1B2C3D", "0a1b2c3", "0a1b2c3d4", "pod-1234"}) {
+    ServerConfig b;
+    EXPECT_GT(ParseCaptured({"--replica-tag", bad}, &b, &out), 0) << bad;
+    EXPECT_NE(out.find("8 lowercase hex digits"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace attn

@@ -81,9 +81,10 @@ class AttentionClient(ExtendCalls):
 
     AttentionClient(target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
                     channel=None, token=None, token_file=None, tls=False, ca_file=None,
-                    cert_file=None, key_file=None, server_name=None)
+                    cert_file=None, key_file=None, server_name=None,
+                    load_balancing="round_robin")
 
-    target: "host:port". timeout: default per-call deadline in seconds (None: no deadline);
+    target: "host:port" or "dns:///host:port". timeout: default per-call deadline in seconds (None: no deadline);
     every method also takes timeout=. identity: sent as "x-attn-identity" metadata on every
     call (owner of sequences; None: anonymous). max_message_bytes: gRPC send/receive limit of
     this channel (the server has its own --max-message-bytes; over it: ResourceExhausted).
@@ -95,6 +96,13 @@ class AttentionClient(ExtendCalls):
     overrides the name checked against the server certificate (e.g. "localhost" when target is
     an IP address without an IP SAN). With a token server, the identity is the token's and
     identity= is ignored by the server.
+    load_balancing: gRPC policy over the addresses the target's name resolves to.
+    "round_robin" (default) spreads calls over every address and re-resolves the name when a
+    connection closes (the server's --max-connection-age-s GOAWAY), so pods a headless Service
+    gained since get calls; gRPC moves calls off a closing connection without an error.
+    Sequences live on one replica: over a name with several replicas use ReplicaSet (routes by
+    the id's replica tag) or "pick_first" (every call on one connection; after a reconnect it
+    may land on another replica: NOT_FOUND naming the tags).
     Use as a context manager or call close(). Thread-safe (one gRPC channel).
     Every failed RPC raises an AttentionError subclass (see attention_client.errors).
     Attribute wire (default True): the fast path of Extend/ExtendBatch/ExtendStream builds and
@@ -103,7 +111,8 @@ class AttentionClient(ExtendCalls):
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
                  channel=None, token=None, token_file=None, tls=False, ca_file=None,
-                 cert_file=None, key_file=None, server_name=None):
+                 cert_file=None, key_file=None, server_name=None,
+                 load_balancing="round_robin"):
         self.target = target
         self.timeout = timeout
         self.identity = identity
@@ -117,8 +126,12 @@ class AttentionClient(ExtendCalls):
         self._token = token
         if (cert_file is None) != (key_file is None):
             raise ValueError("cert_file and key_file go together (mutual TLS)")
+        if load_balancing not in ("round_robin", "pick_first"):
+            raise ValueError(f"load_balancing must be 'round_robin' or 'pick_first', got "
+                             f"{load_balancing!r}")
         opts = [("grpc.max_send_message_length", int(max_message_bytes)),
-                ("grpc.max_receive_message_length", int(max_message_bytes))]
+                ("grpc.max_receive_message_length", int(max_message_bytes)),
+                ("grpc.lb_policy_name", load_balancing)]
         if channel is None and (tls or ca_file or cert_file):
             def read(path):
                 with open(path, "rb") as f:
