@@ -85,6 +85,9 @@ def parse_args():
     s.add_argument("--server-bin", help="start attention-server from this path per transport")
     s.add_argument("--transports", default="tcp,unix", help="with --server-bin")
     s.add_argument("--kv-device", default="gpu", help="with --server-bin")
+    s.add_argument("--server-compile", default="unix",
+                   help="transports (comma-separated, '' for none) that also run each case with "
+                        "model.forward under torch.compile, attention still on the server")
     s.add_argument("--server-arg", action="append", default=[], help="extra server flag")
     s.add_argument("--target", action="append", default=[],
                    help="NAME=ADDRESS[,METRICS_URL] of a running server (instead of "
@@ -173,6 +176,66 @@ def plain(res):
     return out
 
 
+def server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch, failures,
+                compiled=False):
+    """One (prompt P, batch B) case through the server: the greedy loop, per-layer-call
+    breakdown and the checks (row x layer steps, ExtendBatch counts, sequence lengths).
+    compiled: model.forward wrapped in torch.compile (mode reduce-overhead on CUDA) while the
+    attention calls stay eager RPCs (attention_server_forward is torch.compiler.disable'd): one
+    warm-up conversation compiles, the measured one follows; the compiled graphs are dropped
+    afterwards."""
+    case = {"prompt": P, "batch": B}
+    fwd0 = model.forward
+    try:
+        if compiled:
+            cmode = "reduce-overhead" if ids.device.type == "cuda" else "default"
+            model.forward = torch.compile(fwd0, mode=cmode, dynamic=False)
+            case["loop"] = f"torch.compile(model.forward, mode={cmode}), attention on the server"
+            t0 = time.perf_counter()
+            with attached() as am:
+                fm.server_decode(am, ids, min(a.new_tokens, 8), torch)
+            case["compile_warmup_s"] = time.perf_counter() - t0
+        before = extend_batch_ok(metrics_url)
+        with attached() as am:
+            steps0 = am.session.stats.extend_steps
+            r = fm.server_decode(am, ids, a.new_tokens, torch)
+            steps = am.session.stats.extend_steps - steps0
+        after = extend_batch_ok(metrics_url)
+        case.update(plain(r))
+        case["prefill_layer_calls"] = fm.call_breakdown(r["prefill_calls"])
+        case["decode_layer_calls"] = fm.call_breakdown(r["decode_calls"])
+        want = a.layers * (1 + a.new_tokens)
+        checks = {"extend_steps": steps, "extend_steps_expected": want * B,
+                  "rpcs": r["rpcs"], "server_extendbatch_delta":
+                  None if before is None else after - before}
+        case["checks"] = checks
+        if steps != want * B:
+            failures.append(f"{name} P={P} B={B}: {steps} row x layer steps, "
+                            f"expected {want * B}")
+        if r["rows_with_wrong_length"]:
+            failures.append(f"{name} P={P} B={B}: rows {r['rows_with_wrong_length']} "
+                            f"do not hold {r['expected_length']} tokens per layer")
+        if r["rpcs"] < want:
+            failures.append(f"{name} P={P} B={B}: {r['rpcs']} ExtendBatch calls < "
+                            f"layers x forwards = {want}")
+        if before is not None and after - before != r["rpcs"]:
+            failures.append(f"{name} P={P} B={B}: server counted {after - before} "
+                            f"ExtendBatch calls, client sent {r['rpcs']}")
+        if local.get("first_logits") is not None:
+            d = (r["first_logits"] - local["first_logits"]).abs().max()
+            case["prefill_logits_max_abs_vs_local"] = float(d)
+    except Exception as e:  # noqa: BLE001 - recorded; the other cases still run
+        case["error"] = f"{type(e).__name__}: {str(e)[:500]}"
+        failures.append(f"{name} P={P} B={B}: {case['error']}")
+    finally:
+        if compiled:
+            model.forward = fwd0
+            torch._dynamo.reset()
+    log(f"[{name}] P={P} B={B}: " + (case.get("error") or
+        f"{case['step_ms']['p50']:.2f} ms/step, prefill {case['prefill_s']:.3f} s"))
+    return case
+
+
 def run_transport(a, name, target, metrics_url, model, cases, torch, grpc, failures):
     from attention_client import AttentionClient
     from attention_client.transformers_integration import attach
@@ -185,43 +248,13 @@ def run_transport(a, name, target, metrics_url, model, cases, torch, grpc, failu
         def attached():
             return attach(model, client, max_call_bytes=a.max_call_mb << 20)
         for (P, B), ids, local in cases:
-            case = {"prompt": P, "batch": B}
-            try:
-                before = extend_batch_ok(metrics_url)
-                with attached() as am:
-                    steps0 = am.session.stats.extend_steps
-                    r = fm.server_decode(am, ids, a.new_tokens, torch)
-                    steps = am.session.stats.extend_steps - steps0
-                after = extend_batch_ok(metrics_url)
-                case.update(plain(r))
-                case["prefill_layer_calls"] = fm.call_breakdown(r["prefill_calls"])
-                case["decode_layer_calls"] = fm.call_breakdown(r["decode_calls"])
-                want = a.layers * (1 + a.new_tokens)
-                checks = {"extend_steps": steps, "extend_steps_expected": want * B,
-                          "rpcs": r["rpcs"], "server_extendbatch_delta":
-                          None if before is None else after - before}
-                case["checks"] = checks
-                if steps != want * B:
-                    failures.append(f"{name} P={P} B={B}: {steps} row x layer steps, "
-                                    f"expected {want * B}")
-                if r["rows_with_wrong_length"]:
-                    failures.append(f"{name} P={P} B={B}: rows {r['rows_with_wrong_length']} "
-                                    f"do not hold {r['expected_length']} tokens per layer")
-                if r["rpcs"] < want:
-                    failures.append(f"{name} P={P} B={B}: {r['rpcs']} ExtendBatch calls < "
-                                    f"layers x forwards = {want}")
-                if before is not None and after - before != r["rpcs"]:
-                    failures.append(f"{name} P={P} B={B}: server counted {after - before} "
-                                    f"ExtendBatch calls, client sent {r['rpcs']}")
-                if local.get("first_logits") is not None:
-                    d = (r["first_logits"] - local["first_logits"]).abs().max()
-                    case["prefill_logits_max_abs_vs_local"] = float(d)
-            except Exception as e:  # noqa: BLE001 - recorded; the other cases still run
-                case["error"] = f"{type(e).__name__}: {str(e)[:500]}"
-                failures.append(f"{name} P={P} B={B}: {case['error']}")
-            log(f"[{name}] P={P} B={B}: " + (case.get("error") or
-                f"{case['step_ms']['p50']:.2f} ms/step, prefill {case['prefill_s']:.3f} s"))
+            case = server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch,
+                               failures)
             res["cases"].append(case)
+            if name in a.server_compile.split(","):
+                res.setdefault("compiled_cases", []).append(
+                    server_case(a, name + "+compile", attached, metrics_url, model, P, B, ids,
+                                local, torch, failures, compiled=True))
         try:
             g = torch.Generator().manual_seed(a.seed + 1)
             tf_ids = torch.randint(0, a.vocab, (a.tf_rows, a.tf_prompt), generator=g).to(
@@ -243,16 +276,18 @@ def table(doc, layers):
              "call p50/p99 ms", "convert p50 ms", "srv total p50 ms", "kernel p50 ms")]
     local = {(c["prompt"], c["batch"]): c for c in doc["local"]}
     for name, t in doc["server"].items():
-        for c in t.get("cases", []):
+        labelled = [(name, c) for c in t.get("cases", [])] + \
+            [(name + "+compile", c) for c in t.get("compiled_cases", [])]
+        for label, c in labelled:
             lc = local.get((c["prompt"], c["batch"]), {})
             if "error" in c or "error" in lc:
-                rows.append((name, c["prompt"], c["batch"], "error", c.get("error", "")[:40]
+                rows.append((label, c["prompt"], c["batch"], "error", c.get("error", "")[:40]
                              or lc.get("error", "")[:40]) + ("",) * 9)
                 continue
             lm, sm = lc["step_ms"]["p50"], c["step_ms"]["p50"]
             dc = c["decode_layer_calls"] or {}
             f = (lambda k, q="p50": dc.get(k, {}).get(q, 0) / 1e3) if dc else (lambda *x: 0)
-            rows.append((name, c["prompt"], c["batch"], f"{lm:.2f}", f"{sm:.2f}",
+            rows.append((label, c["prompt"], c["batch"], f"{lm:.2f}", f"{sm:.2f}",
                          f"{(sm - lm) / layers:.3f}",
                          f"{c['batch'] * 1e3 / lc['step_ms']['mean']:.0f}",
                          f"{c['batch'] * 1e3 / c['step_ms']['mean']:.0f}",

@@ -271,8 +271,8 @@ def test_frontend_bench_runs_tiny(tmp_path):
            "--vocab", str(VOCAB), "--batches", "1,3", "--prompts", "6", "--new-tokens", "3",
            "--local-loop", "dynamic", "--server-bin", SERVER, "--transports", "tcp",
            "--tf-rows", "2", "--tf-prompt", "5", "--tf-tokens", "4", "--baseline-calls", "20",
-           "--max-call-mb", "0", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+           "--max-call-mb", "0", "--server-compile", "tcp", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     import json
     doc = json.loads(out.read_text())
@@ -293,3 +293,15 @@ def test_frontend_bench_runs_tiny(tmp_path):
         assert all(dc[f"client_{ph}_us"]["p50"] > 0 for ph in
                    ("gather", "encode", "rpc", "decode", "scatter"))
         assert dc["client_rpc_us"]["p50"] < dc["client_call_us"]["p50"]
+    # The same cases with model.forward under torch.compile (graph breaks at the attention
+    # calls, which still go to the server): same checks, same logits as the local loop.
+    compiled = doc["server"]["tcp"]["compiled_cases"]
+    assert [(c["prompt"], c["batch"]) for c in compiled] == [(6, 1), (6, 3)]
+    for c in compiled:
+        assert "error" not in c, c.get("error")
+        ck = c["checks"]
+        assert ck["extend_steps"] == ck["extend_steps_expected"] == LAYERS * 4 * c["batch"]
+        assert ck["server_extendbatch_delta"] == ck["rpcs"]
+        assert c["prefill_logits_max_abs_vs_local"] < 1e-4
+        assert c["loop"].startswith("torch.compile(model.forward")
+    assert "tcp+compile" in p.stdout

@@ -68,11 +68,18 @@ def _activated(ms):
         stack.pop()
 
 
+@torch.compiler.disable
 def attention_server_forward(module, query, key, value, attention_mask, scaling=None,
                              dropout=0.0, **kwargs):
     """The "attention_server" AttentionInterface function: query (B, N, T, H), key/value
     (B, K, T, H) of this step's tokens → (attn_output (B, T, N, H), None). Works only inside a
-    forward pass of a model attached with :func:`attach`; raises RuntimeError otherwise."""
+    forward pass of a model attached with :func:`attach`; raises RuntimeError otherwise.
+
+    Opaque to torch.compile (``torch.compiler.disable``): a compiled model (e.g.
+    ``model.forward = torch.compile(model.forward, mode="reduce-overhead")`` after attach)
+    breaks its graph at each attention call, which runs eagerly (the session's Python state,
+    the RPC), and runs everything between the calls compiled (inductor kernels; with
+    mode="reduce-overhead" on CUDA, one CUDA graph per piece)."""
     ms = _active()
     if ms is None:
         raise RuntimeError(
