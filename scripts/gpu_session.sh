@@ -13,7 +13,8 @@
 #   frontend  issue 15: bench/frontend_bench.py through the bundle (TCP, Unix socket) and the
 #           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
-# CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step.
+# CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step;
+# SERVE_BACKENDS (default fused) lists the serve step's backends.
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
 # Python client) are installed into /tmp/site first. A bundle carried compressed as
 # .carry/bundle.txz (scripts/bundle.sh, then `tar -C .bundle -cJf .carry/bundle.txz attn`, to
@@ -67,7 +68,11 @@ for step in $steps; do
     serve)
       say "serve"
       mkdir -p "$OUT/server"
-      OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" fused 2>&1 | tail -n 8
+      for backend in ${SERVE_BACKENDS:-fused}; do
+        OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" "$backend" 2>&1 |
+          tail -n 8
+        grep -h -i "cudnn" "$OUT/server/serve-$backend-server.log" | head -n 3
+      done
       ;;
     batch)
       say "batch"
