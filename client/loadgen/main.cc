@@ -435,6 +435,7 @@ int Main(int argc, char** argv) {
   progress.Stop();
   info.stop_reason = result.stop_reason;
   info.planned = run.max_requests;
+  info.schedule_s = result.schedule_s;
   info.interrupted_by = Interrupt::SignalName();
   const Report report = BuildReport(info, result.samples, result.wall_s, result.client_overload);
   std::cout << FormatReport(report) << std::flush;

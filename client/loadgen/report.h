@@ -23,6 +23,7 @@ struct Sample {
   std::string status = "OK";          // gRPC status code name
   std::string error_message;          // empty when OK
   double latency_ms = 0;              // from the scheduled (or actual) send to the response
+  double done_s = 0;                  // when the response came, seconds from the run's start
   int64_t query_tokens = 0;           // B × T
   double flops = 0;                   // ExecutionReport.flops
   std::array<int64_t, 7> phase_us{};  // ExecutionReport.times, kPhaseNames order
@@ -46,6 +47,7 @@ struct RunInfo {
   int concurrency = 1;          // closed loop
   double rate = 0;              // open loop: requests/s
   int max_in_flight = 0;        // open loop
+  double schedule_s = 0;        // open loop: scheduled time of the last arrival sent, s
   double verify_fraction = 0;
   double tolerance = 0;     // verification tolerance for the dtype
   std::string stop_reason;  // why the run ended early (empty if it ran to completion)
@@ -98,9 +100,12 @@ inline constexpr int64_t kRateWarnMinCalls = 10;
 
 /// Aggregates `samples` of a run that took `wall_s` seconds.
 /// Latency percentiles come from an HdrHistogram of microseconds (mean and max exact). An open
-/// loop (info.mode "open") whose achieved rate (OK requests / wall_s) is below
-/// kRateWarnFraction x info.rate gets a warning. When info.interrupted_by is set, CANCELLED
-/// samples are the calls the interrupt cancelled and are not counted as completed.
+/// loop (info.mode "open") gets a warning when its achieved rate, (OK calls - 1) / (last OK
+/// response - first OK response), is below kRateWarnFraction x the offered rate; the offered
+/// rate is info.rate, or the rate its Poisson schedule actually drew ((sent - 1) /
+/// info.schedule_s) when that is lower, so a short run's draw is not taken for overload. When
+/// info.interrupted_by is set, CANCELLED samples are the calls the interrupt cancelled and are not
+/// counted as completed.
 Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, double wall_s,
                    int64_t client_overload = 0);
 

@@ -110,6 +110,7 @@ class Runner {
       Sample s;
       s.index = index;
       s.latency_ms = std::chrono::duration<double, std::milli>(done - sent).count();
+      s.done_s = std::chrono::duration<double>(done - start_).count();
       s.status = StatusCodeName(status.error_code());
       if (!status.ok()) {
         s.error_message = status.error_message();
@@ -192,6 +193,7 @@ class OpenRunner {
     start_ = Clock::now();
     PoissonArrivals arrivals(options_.rate, SplitMix64(options_.seed ^ 0x0a11a1u));
     double t = 0;
+    double schedule_s = 0;  // the last sent arrival's scheduled time
     const int max_in_flight = std::max(1, options_.max_in_flight);
     for (int64_t index = 0;; ++index) {
       if (options_.max_requests >= 0 && index >= options_.max_requests) break;
@@ -230,6 +232,7 @@ class OpenRunner {
       call->context.set_deadline(Interrupt::CapDeadline(std::chrono::system_clock::now() +
                                                         std::chrono::milliseconds(deadline_ms)));
       Interrupt::Register(&call->context);
+      schedule_s = t;
       Call* raw = call.release();
       stubs_[static_cast<size_t>(index % channels)]->async()->Attend(
           &raw->context, &raw->request, &raw->response,
@@ -246,6 +249,7 @@ class OpenRunner {
               [](const Sample& a, const Sample& b) { return a.index < b.index; });
     result.stop_reason = stop_reason_;
     result.client_overload = overload_;
+    result.schedule_s = schedule_s;
     return result;
   }
 
@@ -266,6 +270,7 @@ class OpenRunner {
     Sample s;
     s.index = call->index;
     s.latency_ms = std::chrono::duration<double, std::milli>(done - call->scheduled).count();
+    s.done_s = std::chrono::duration<double>(done - start_).count();
     s.status = StatusCodeName(status.error_code());
     if (!status.ok()) {
       s.error_message = status.error_message();

@@ -58,15 +58,15 @@ std::string CheckSweepBackends(const attention::v1::GetServerInfoResponse& serve
   for (const auto& b : server.backends()) {
     if (b.available()) available += (available.empty() ? "" : ", ") + b.name();
   }
+  available += (available.empty() ? "" : ", ") + std::string("auto");
   for (const std::string& name : backends) {
-    if (name.empty()) continue;
+    if (name.empty() || name == "auto") continue;  // the default, and the server's own choice
     const attention::v1::BackendInfo* found = nullptr;
     for (const auto& b : server.backends()) {
       if (b.name() == name) found = &b;
     }
     if (found == nullptr) {
-      return "backend '" + name + "' is not on the server; its backends: " +
-             (available.empty() ? "none available" : available);
+      return "backend '" + name + "' is not on the server; available: " + available;
     }
     if (!found->available()) {
       return "backend '" + name + "' is not available on this server (" +

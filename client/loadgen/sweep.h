@@ -34,7 +34,7 @@ struct SweepRow {
 };
 
 /// Checks that every name in `backends` is one of `server`'s backends and available there ("",
-/// the server's default, always passes). Returns "" when all are, else a message naming the
+/// the server's default, and "auto", the server's choice, always pass). Returns "" when all are, else a message naming the
 /// first missing (or unavailable, with its reason) backend and the server's available ones.
 std::string CheckSweepBackends(const attention::v1::GetServerInfoResponse& server,
                                const std::vector<std::string>& backends);
