@@ -22,9 +22,6 @@ import sys
 import tempfile
 import time
 
-SMALL = ["--heads", "4", "--kv-heads", "4", "--head-dim", "32", "--dtype", "fp32"]
-
-
 def start_server(server, d):
     port_file = os.path.join(d, "port")
     log = open(os.path.join(d, "server.log"), "w")
@@ -75,7 +72,8 @@ def main(server, loadgen):
     with tempfile.TemporaryDirectory() as d:
         proc, target = start_server(server, d)
         jp = os.path.join(d, "r.json")
-        base = ["--target", target, "--backend", "cpu", *SMALL]
+        plain = ["--target", target, "--backend", "cpu", "--dtype", "fp32"]
+        base = [*plain, "--heads", "4", "--kv-heads", "4", "--head-dim", "32"]
         requests = lambda j: j["requests"]["completed"]
         try:
             # Closed loop, SIGINT.
@@ -109,8 +107,8 @@ def main(server, loadgen):
                 assert j["kv_pages_used_after"] == 0, j
             # Rate warning: 100/s offered, two calls at a time of ~50 ms each on the cpu backend.
             slow = subprocess.run(
-                [loadgen, *base, "--workload", "fixed", "--fixed-tokens", "256", "--heads", "8",
-                 "--kv-heads", "8", "--mode", "open", "--rate", "100", "--requests", "30",
+                [loadgen, *plain, "--workload", "fixed", "--fixed-tokens", "256", "--heads", "8",
+                 "--kv-heads", "8", "--head-dim", "64", "--mode", "open", "--rate", "100", "--requests", "30",
                  "--max-in-flight", "2", "--quiet", "--json", jp],
                 capture_output=True, text=True, timeout=120)
             assert slow.returncode == 0, slow
@@ -139,9 +137,10 @@ def main(server, loadgen):
                 sweep.stderr
             assert not os.path.exists(os.path.join(d, "sweep", "sweep-seq.csv"))
             print("sweep:", sweep.stderr.strip())
-            # A call in flight past the grace period is cancelled: exit within 2 s + slack.
-            big = [*base, "--workload", "fixed", "--fixed-tokens", "3072", "--heads", "8",
-                   "--kv-heads", "8", "--head-dim", "64", "--requests", "1000"]
+            # A call in flight past the grace period is cancelled: exit within 2 s + slack. One
+            # call of 6144 tokens takes ~6 s on two cores (bf16 keeps the request at 19 MB).
+            big = ["--target", target, "--backend", "cpu", "--dtype", "bf16", "--workload",
+                   "fixed", "--fixed-tokens", "6144", "--requests", "1000"]
             rc, out, err, took = interrupted_run(loadgen, big, signal.SIGINT, 1.0, jp)
             assert rc == 130, (rc, out, err)
             assert took < 6, f"exit {took:.1f} s after SIGINT (grace is 2 s)"
