@@ -439,7 +439,8 @@ int Main(int argc, char** argv) {
   info.interrupted_by = Interrupt::SignalName();
   const Report report = BuildReport(info, result.samples, result.wall_s, result.client_overload);
   std::cout << FormatReport(report) << std::flush;
-  for (const std::string& w : report.warnings) std::cerr << "attention-loadgen: warning: " << w << "\n";
+  for (const std::string& w : report.warnings)
+    std::cerr << "attention-loadgen: warning: " << w << "\n";
 
   if (!csv_path.empty() && !WriteFile(csv_path, CsvHeader() + "\n" + CsvRow(report) + "\n")) {
     std::cerr << "attention-loadgen: cannot write " << csv_path << "\n";

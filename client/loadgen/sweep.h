@@ -34,13 +34,15 @@ struct SweepRow {
 };
 
 /// Checks that every name in `backends` is one of `server`'s backends and available there ("",
-/// the server's default, and "auto", the server's choice, always pass). Returns "" when all are, else a message naming the
-/// first missing (or unavailable, with its reason) backend and the server's available ones.
+/// the server's default, and "auto", the server's choice, always pass). Returns "" when all are,
+/// else a message naming the first missing (or unavailable, with its reason) backend and the
+/// server's available ones.
 std::string CheckSweepBackends(const attention::v1::GetServerInfoResponse& server,
                                const std::vector<std::string>& backends);
 
-/// The PNG's title: the sweep, the server's device and the backends, the base shape (N, K, H,
-/// dtype, causal; B or T as the sweep does not vary them) and `date`.
+/// The PNG's title: the sweep, the server's device, the backends and the server's version, the
+/// base shape (B unless the batch sweep varies it, N, K unless the heads sweep varies it, H,
+/// dtype, mask) and `date`.
 std::string SweepTitle(const std::string& kind, const attention::v1::GetServerInfoResponse& server,
                        const ModelShape& base, const std::string& backends,
                        const std::string& date);

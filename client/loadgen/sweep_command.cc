@@ -256,7 +256,8 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a) {
       "sweep",
       "Reproduce the codelab's tables: a sequence-length, batch or MHA/GQA/MQA sweep across "
       "backends. Each (point, backend) runs --warmup then --requests closed-loop fixed requests; "
-      "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time) and "
+      "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time, each "
+      "launch counted once) and "
       "writes OUT/sweep-<kind>.csv and OUT/sweep-<kind>.png (via plot_sweep.py and matplotlib)");
   sweep
       ->add_option("--target", a->run.target,

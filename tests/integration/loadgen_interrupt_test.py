@@ -11,7 +11,8 @@ Against a live attention-server (cpu backend, loopback):
   * a second signal exits at once, without waiting for the grace period;
   * an open loop offered more than the cpu backend can serve warns on stderr and in the JSON's
     "warnings"; one offered little does not;
-  * `sweep --backends cpu,nosuch` exits 2 naming the missing backend and the available ones.
+  * `sweep --backends cpu,nosuch` exits 2 naming the missing backend and the available ones;
+    a sweep interrupted by SIGINT writes the points done so far and exits 130.
 Every wait is bounded. Usage: loadgen_interrupt_test.py SERVER LOADGEN
 """
 import json
@@ -105,18 +106,19 @@ def main(server, loadgen):
                 j = check_interrupted(f"session {api} SIGTERM", rc, out, err, jp, "SIGTERM", 143,
                                       lambda j: j["completed"], lambda j: j["planned"])
                 assert j["kv_pages_used_after"] == 0, j
-            # Rate warning: 100/s offered, two calls at a time of ~50 ms each on the cpu backend.
+            # Rate warning: 1000/s offered, one call at a time (256 tokens, 8 heads: several ms
+            # each on any CPU).
             slow = subprocess.run(
                 [loadgen, *plain, "--workload", "fixed", "--fixed-tokens", "256", "--heads", "8",
-                 "--kv-heads", "8", "--head-dim", "64", "--mode", "open", "--rate", "100", "--requests", "30",
-                 "--max-in-flight", "2", "--quiet", "--json", jp],
+                 "--kv-heads", "8", "--head-dim", "64", "--mode", "open", "--rate", "1000",
+                 "--requests", "30", "--max-in-flight", "1", "--quiet", "--json", jp],
                 capture_output=True, text=True, timeout=120)
             assert slow.returncode == 0, slow
-            assert "warning: offered 100.0/s, achieved" in slow.stderr, slow.stderr
+            assert "warning: offered 1000.0/s, achieved" in slow.stderr, slow.stderr
             assert "could not keep up" in slow.stdout, slow.stdout
             with open(jp) as f:
                 warnings = json.load(f)["warnings"]
-            assert len(warnings) == 1 and "offered 100.0/s" in warnings[0], warnings
+            assert len(warnings) == 1 and "offered 1000.0/s" in warnings[0], warnings
             print("rate warning:", warnings[0])
             easy = subprocess.run(
                 [loadgen, *base, "--workload", "fixed", "--fixed-tokens", "8", "--mode", "open",
@@ -137,6 +139,25 @@ def main(server, loadgen):
                 sweep.stderr
             assert not os.path.exists(os.path.join(d, "sweep", "sweep-seq.csv"))
             print("sweep:", sweep.stderr.strip())
+            # Sweep interrupted: the (point, backend) runs done so far are written, exit 130.
+            out_dir = os.path.join(d, "sweep-int")
+            sw = subprocess.Popen(
+                [loadgen, "sweep", "--target", target, "--backends", "cpu", "--sweep", "seq",
+                 "--seq", "16,32,48,64,96,128,160,192,1024,2048,3072,4096", "--heads", "4",
+                 "--kv-heads", "4", "--head-dim", "32", "--requests", "3", "--plot", "off",
+                 "--quiet", "--out", out_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True)
+            time.sleep(2.5)
+            assert sw.poll() is None, sw.communicate()
+            sw.send_signal(signal.SIGINT)
+            out, err = sw.communicate(timeout=30)
+            assert sw.returncode == 130, (sw.returncode, out, err)
+            assert "INTERRUPTED by SIGINT" in out, out
+            with open(os.path.join(out_dir, "sweep-seq.csv")) as f:
+                rows = f.read().splitlines()[1:]
+            assert 1 <= len(rows) < 12, rows
+            assert all(r.split(",")[10] == "3" for r in rows), rows  # every written point whole
+            print(f"sweep SIGINT: exit 130, {len(rows)} of 12 points written")
             # A call in flight past the grace period is cancelled: exit within 2 s + slack. One
             # call of 6144 tokens takes ~6 s on two cores (bf16 keeps the request at 19 MB).
             big = ["--target", target, "--backend", "cpu", "--dtype", "bf16", "--workload",
