@@ -405,6 +405,9 @@ void SteadyWindow(const Stats& all, SessionReport* r) {
   r->steady_decode_steps_per_s = static_cast<double>(n) / r->steady_window_s;
 }
 
+// After SIGINT/SIGTERM, the deadline of each ReleaseSequence (see SessionRunner::ReleaseSeq).
+constexpr int64_t kReleaseAfterInterruptMs = 1000;
+
 class SessionRunner {
  public:
   SessionRunner(const SessionOptions& o, const std::vector<SessionPlan>& plans,
@@ -514,10 +517,15 @@ class SessionRunner {
     return count_ >= 0 && i >= count_ ? -1 : i;
   }
 
+  // Releases are cleanup, also after SIGINT/SIGTERM: never cancelled by the interrupt (that would
+  // leave the sequence's KV pages held on the server), but bounded by kReleaseAfterInterruptMs
+  // once interrupted.
   void ReleaseSeq(av1::SequenceService::Stub* stub, const std::string& id, Stats* st) {
     grpc::ClientContext ctx;
-    const Interrupt::ScopedCall cancellable(&ctx);
-    Deadline(&ctx);
+    const int64_t ms = Interrupt::Requested()
+                           ? std::min<int64_t>(o_.run.deadline_ms, kReleaseAfterInterruptMs)
+                           : o_.run.deadline_ms;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
     av1::ReleaseSequenceRequest req;
     req.set_sequence_id(id);
     av1::ReleaseSequenceResponse resp;

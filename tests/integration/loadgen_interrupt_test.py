@@ -106,6 +106,14 @@ def main(server, loadgen):
                 j = check_interrupted(f"session {api} SIGTERM", rc, out, err, jp, "SIGTERM", 143,
                                       lambda j: j["completed"], lambda j: j["planned"])
                 assert j["kv_pages_used_after"] == 0, j
+            # Mooncake replay (forked prefixes, an LRU of live sequences released at the end).
+            rc, out, err, _ = interrupted_run(
+                loadgen, [*base, "--workload", "mooncake", "--token-scale", "0.01", "--max-gen",
+                          "4", "--requests", "100000", "--check-kv-released"], signal.SIGINT, 2.0,
+                jp)
+            j = check_interrupted("mooncake SIGINT", rc, out, err, jp, "SIGINT", 130,
+                                  lambda j: j["completed"], lambda j: j["planned"])
+            assert j["kv_pages_used_after"] == 0, j
             # Rate warning: 1000/s offered, one call at a time (256 tokens, 8 heads: several ms
             # each on any CPU).
             slow = subprocess.run(
