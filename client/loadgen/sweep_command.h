@@ -1,5 +1,4 @@
-// The `attention-loadgen sweep` subcommand (its flags and its run), and the small helpers that
-// main.cc shares with it (security flags, file checks, the binary's directory).
+// The `attention-loadgen sweep` subcommand: its flags and its run.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,13 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "loadgen/channel_security.h"
+#include "loadgen/cli_common.h"
 #include "loadgen/runner.h"
 
 namespace attn::loadgen {
-
-/// Exit status when the run cannot start (bad flags, unknown backend, unwritable output).
-inline constexpr int kExitCannotStart = 2;
 
 /// The sweep's flags.
 struct SweepArgs {
@@ -43,17 +39,5 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a);
 /// when a call failed; 2 when it cannot start; 3 when --plot required and no PNG; 128 + signal
 /// when SIGINT/SIGTERM interrupted it (the points done so far are still written).
 int RunSweep(const SweepArgs& a);
-
-/// --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token-file (channel_security.h).
-void AddSecurityFlags(CLI::App* app, ChannelSecurity* s);
-
-/// True when `path` can be opened for reading.
-bool FileExists(const std::string& path);
-
-/// The directory of the running binary (/proc/self/exe), "" when unknown.
-std::string ExecutableDir();
-
-/// Writes `text` to `path`; false on any error.
-bool WriteFile(const std::string& path, const std::string& text);
 
 }  // namespace attn::loadgen
