@@ -156,8 +156,7 @@ std::string FormatReport(const Report& r) {
                    (r.info.planned >= 0 ? std::to_string(r.info.planned) + " requests"
                                         : std::string("open-ended (--duration)")) +
                    ", completed " + std::to_string(r.completed) +
-                   " (calls still in flight "
-                   "after the grace period were cancelled: " +
+                   " (calls still in flight after the grace period were cancelled: " +
                    std::to_string(r.sent - r.completed) + ")");
   }
   const int64_t errors = r.sent - r.ok;
@@ -289,29 +288,15 @@ std::string CsvRow(const Report& r) {
   };
   std::string row;
   bool first = true;
-  for (const std::string& f : {r.info.mode,
-                               r.info.target,
-                               r.info.workload,
-                               r.info.shape,
-                               r.info.backend,
-                               std::to_string(r.info.concurrency),
-                               num(r.info.rate),
-                               std::to_string(r.info.max_in_flight),
-                               std::to_string(r.sent),
-                               std::to_string(r.ok),
-                               std::to_string(r.sent - r.ok),
-                               std::to_string(r.client_overload),
-                               num(r.wall_s),
-                               num(r.requests_per_s),
-                               num(r.tokens_per_s),
-                               num(r.latency_ms.p50),
-                               num(r.latency_ms.p90),
-                               num(r.latency_ms.p99),
-                               num(r.latency_ms.max),
-                               num(r.latency_ms.mean),
-                               num(r.tflops),
-                               std::to_string(r.verified),
-                               std::to_string(r.mismatches)}) {
+  for (const std::string& f :
+       {r.info.mode, r.info.target, r.info.workload, r.info.shape, r.info.backend,
+        std::to_string(r.info.concurrency), num(r.info.rate), std::to_string(r.info.max_in_flight),
+        std::to_string(r.sent), std::to_string(r.ok), std::to_string(r.sent - r.ok),
+        std::to_string(r.client_overload), num(r.wall_s), num(r.requests_per_s),
+        num(r.tokens_per_s), num(r.latency_ms.p50), num(r.latency_ms.p90), num(r.latency_ms.p99),
+        num(r.latency_ms.max), num(r.latency_ms.mean), num(r.tflops), std::to_string(r.verified),
+        std::to_string(r.mismatches)}) {
+    // clang-format on
     if (!first) row += ",";
     first = false;
     row += CsvField(f);
