@@ -78,12 +78,13 @@ std::string CheckSweepBackends(const attention::v1::GetServerInfoResponse& serve
 }
 
 std::string SweepTitle(const std::string& kind, const attention::v1::GetServerInfoResponse& server,
-                       const ModelShape& base, const std::string& backends,
+                       const ModelShape& base, int64_t tokens, const std::string& backends,
                        const std::string& date) {
   const char* causal = base.causal == attention::v1::CAUSAL_TOP_LEFT       ? "top-left causal"
                        : base.causal == attention::v1::CAUSAL_BOTTOM_RIGHT ? "bottom-right causal"
                                                                            : "no mask";
   std::string shape = kind == "batch" ? "" : "B=" + std::to_string(base.batch) + " ";
+  if (kind != "seq") shape += "T=" + std::to_string(tokens) + " ";
   shape += "N=" + std::to_string(base.heads);
   if (kind != "heads") shape += " K=" + std::to_string(base.kv_heads);
   shape += " H=" + std::to_string(base.head_dim) + " " + DTypeName(base.dtype) + " " + causal;

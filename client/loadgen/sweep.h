@@ -41,10 +41,10 @@ std::string CheckSweepBackends(const attention::v1::GetServerInfoResponse& serve
                                const std::vector<std::string>& backends);
 
 /// The PNG's title: the sweep, the server's device, the backends and the server's version, the
-/// base shape (B unless the batch sweep varies it, N, K unless the heads sweep varies it, H,
-/// dtype, mask) and `date`.
+/// base shape (B unless the batch sweep varies it, T = `tokens` unless the seq sweep varies it,
+/// N, K unless the heads sweep varies it, H, dtype, mask) and `date`.
 std::string SweepTitle(const std::string& kind, const attention::v1::GetServerInfoResponse& server,
-                       const ModelShape& base, const std::string& backends,
+                       const ModelShape& base, int64_t tokens, const std::string& backends,
                        const std::string& date);
 
 /// The table printed for `rows` (ends with a newline). A row with no OK request shows "n/a".

@@ -203,7 +203,8 @@ int RunSweep(const SweepArgs& a) {
   int status = 0;
   if (a.plot != "off" && !rows.empty()) {
     const std::string script = a.plot_script.empty() ? DefaultPlotScript() : a.plot_script;
-    const std::string title = SweepTitle(a.kind, server, a.run.shape, a.backends, UtcNow());
+    const std::string title =
+        SweepTitle(a.kind, server, a.run.shape, a.tokens, a.backends, UtcNow());
     const int rc = RunProcess({a.python, script, csv_path, png_path, a.kind, title});
     if (rc == 0) {
       std::cout << "wrote " << png_path << "\n";

@@ -161,11 +161,15 @@ TEST(ClientSweepTitle, NamesDeviceBackendsShapeAndDate) {
   info.set_device_name("NVIDIA H200");
   info.set_version("1.2.3");
   ModelShape base;
-  const std::string t = SweepTitle("seq", info, base, "cpu,fused", "2026-12-02 00:30 UTC");
+  const std::string t = SweepTitle("seq", info, base, 256, "cpu,fused", "2026-12-02 00:30 UTC");
   for (const char* part :
        {"seq", "NVIDIA H200", "cpu,fused", "N=8", "H=64", "bf16", "2026-12-02 00:30 UTC"}) {
     EXPECT_NE(t.find(part), std::string::npos) << part << " not in " << t;
   }
+  EXPECT_EQ(t.find("T=256"), std::string::npos) << t;  // the seq sweep varies T
+  const std::string b = SweepTitle("batch", info, base, 256, "cpu", "d");
+  EXPECT_NE(b.find("T=256 N=8 K=8"), std::string::npos) << b;
+  EXPECT_EQ(b.find("B="), std::string::npos) << b;  // the batch sweep varies B
 }
 
 }  // namespace
