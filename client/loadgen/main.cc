@@ -2,11 +2,6 @@
 // Replays the Azure LLM inference 2023 traces (or a fixed size), optionally verifies a sample of
 // responses against a float64 oracle, and prints a report; `sweep` reproduces the codelab's
 // tables (CSV + PNG). See `attention-loadgen --help` and `attention-loadgen sweep --help`.
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -19,58 +14,23 @@
 
 #include "common/cli_finite.h"
 #include "loadgen/dtype_codec.h"
+#include "loadgen/interrupt.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
+#include "loadgen/session_command.h"
 #include "loadgen/session_workload.h"
-#include "loadgen/sweep.h"
+#include "loadgen/sweep_command.h"
 #include "loadgen/trace.h"
 #include "loadgen/verify.h"
 #include "loadgen/workload.h"
 
-#ifndef ATTN_LOADGEN_DATA_DIR
-#define ATTN_LOADGEN_DATA_DIR ""
-#endif
-#ifndef ATTN_LOADGEN_PLOT_SCRIPT
-#define ATTN_LOADGEN_PLOT_SCRIPT ""
-#endif
-
-extern char** environ;
-
 namespace attn::loadgen {
 namespace {
 
-constexpr char kDefaultTrace[] = "AzureLLMInferenceTrace_conv.csv";
-constexpr int kExitCannotStart = 2;
+// After SIGINT/SIGTERM, how long calls in flight may finish before they are cancelled.
+constexpr double kInterruptGraceS = 2.0;
 
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
-std::string ExecutableDir() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  const std::string path(buf, static_cast<size_t>(n));
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
-// The default trace: the source tree's client/data (compile definition), else data/ next to the
-// binary, else ../data (a scripts/bundle.sh bundle), else ../share/attention-server/data (an
-// installed tree).
-std::string DefaultTracePath(const std::string& name = kDefaultTrace) {
-  const std::string exe_dir = ExecutableDir();
-  const std::vector<std::string> candidates = {
-      std::string(ATTN_LOADGEN_DATA_DIR) + "/" + name, exe_dir + "/data/" + name,
-      exe_dir + "/../data/" + name, exe_dir + "/../share/attention-server/data/" + name};
-  for (const auto& c : candidates) {
-    if (FileExists(c)) return c;
-  }
-  return candidates.front();
-}
-
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string CausalName(attention::v1::CausalAlignment c) {
   switch (c) {
@@ -83,240 +43,6 @@ std::string CausalName(attention::v1::CausalAlignment c) {
   }
 }
 
-std::string Trim(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", x);
-  return buf;
-}
-
-// plot_sweep.py: the source tree's (compile definition), else next to the binary, else an
-// installed tree's share/attention-server.
-std::string DefaultPlotScript() {
-  const std::string exe_dir = ExecutableDir();
-  const std::vector<std::string> candidates = {
-      ATTN_LOADGEN_PLOT_SCRIPT, exe_dir + "/plot_sweep.py",
-      exe_dir + "/../share/attention-server/plot_sweep.py"};
-  for (const auto& c : candidates) {
-    if (!c.empty() && FileExists(c)) return c;
-  }
-  return candidates.front();
-}
-
-// Runs `argv` (PATH lookup) and returns its exit status, -1 if it could not be started.
-int RunProcess(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return -1;
-  if (!WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status) == 127 ? -1 : WEXITSTATUS(status);
-}
-
-bool WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  return static_cast<bool>(out);
-}
-
-struct SweepArgs {
-  RunOptions run;
-  std::string backends = "cpu";
-  std::string kind;
-  std::vector<int64_t> seqs = {128, 256, 512, 1024};
-  std::vector<int64_t> batches = {1, 2, 4, 8};
-  int64_t tokens = 256;
-  int64_t requests = 10;
-  int64_t warmup = 1;
-  std::string dtype_name = "bf16";
-  std::string causal_name = "bottom_right";
-  std::string out_dir = ".";
-  std::string plot = "required";
-  std::string python = "python3";
-  std::string plot_script;
-  bool quiet = false;
-};
-
-// --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token-file (channel_security.h).
-void AddSecurityFlags(CLI::App* app, ChannelSecurity* s) {
-  app->add_flag("--tls", s->tls, "Connect with TLS (system roots unless --tls-ca)");
-  app->add_option("--tls-ca", s->ca_file, "PEM CA certificates that sign the server's (TLS)");
-  app->add_option("--tls-cert", s->cert_file, "PEM client certificate (mutual TLS; --tls-key)");
-  app->add_option("--tls-key", s->key_file, "PEM private key of --tls-cert");
-  app->add_option("--tls-server-name", s->server_name,
-                  "Name checked against the server certificate (default: the target host)");
-  app->add_option("--token-file", s->token_file,
-                  "File holding a bearer token sent as \"authorization: Bearer <token>\"");
-}
-
-int RunSweep(const SweepArgs& a) {
-  std::vector<std::string> backends;
-  {
-    std::stringstream ss(a.backends);
-    std::string b;
-    while (std::getline(ss, b, ',')) {
-      if (!b.empty()) backends.push_back(b);
-    }
-  }
-  if (backends.empty()) backends.push_back("");
-  std::string error;
-  const std::vector<SweepPoint> points =
-      SweepPoints(a.kind, a.run.shape, a.tokens, a.seqs, a.batches, &error);
-  if (points.empty()) {
-    std::cerr << "attention-loadgen sweep: " << error << "\n";
-    return kExitCannotStart;
-  }
-  for (const SweepPoint& p : points) {
-    if (const std::string e = ValidateShape(p.shape); !e.empty()) {
-      std::cerr << "attention-loadgen sweep: " << p.label << ": " << e << "\n";
-      return kExitCannotStart;
-    }
-  }
-  mkdir(a.out_dir.c_str(), 0755);
-  const std::string csv_path = a.out_dir + "/sweep-" + a.kind + ".csv";
-  const std::string png_path = a.out_dir + "/sweep-" + a.kind + ".png";
-  std::vector<SweepRow> rows;
-  bool any_error = false;
-  for (const SweepPoint& point : points) {
-    for (const std::string& backend : backends) {
-      RunOptions run = a.run;
-      run.shape = point.shape;
-      run.shape.backend = backend;
-      run.duration_s = 0;
-      const RequestPlan plan = RequestPlan::Fixed(point.tokens);
-      if (a.warmup > 0) {
-        run.max_requests = a.warmup;
-        const RunResult warm = RunClosedLoop(run, plan);
-        if (!warm.stop_reason.empty()) {
-          std::cerr << "attention-loadgen sweep: " << warm.stop_reason << "\n";
-          return kExitCannotStart;
-        }
-      }
-      run.max_requests = a.requests;
-      Progress progress(!a.quiet);
-      run.progress = &progress;
-      if (!a.quiet) std::cerr << "sweep " << a.kind << " " << point.label << " " << backend << "\n";
-      progress.Start();
-      RunResult result = RunClosedLoop(run, plan);
-      progress.Stop();
-      RunInfo info;
-      info.target = run.target;
-      info.backend = backend;
-      info.concurrency = run.concurrency;
-      info.stop_reason = result.stop_reason;
-      SweepRow row{point, backend.empty() ? "(default)" : backend,
-                   BuildReport(info, result.samples, result.wall_s)};
-      if (row.report.ok != row.report.sent) {
-        any_error = true;
-        for (const auto& [code, count] : row.report.errors) {
-          std::cerr << "attention-loadgen sweep: " << point.label << " " << backend << ": "
-                    << count << " x " << code << " (" << row.report.first_messages.at(code)
-                    << ")\n";
-        }
-      }
-      rows.push_back(std::move(row));
-      if (!result.stop_reason.empty()) {
-        std::cerr << "attention-loadgen sweep: " << result.stop_reason << "\n";
-        return kExitCannotStart;
-      }
-    }
-  }
-  std::cout << FormatSweepTable(a.kind, rows) << std::flush;
-  if (!WriteFile(csv_path, SweepCsv(a.kind, rows))) {
-    std::cerr << "attention-loadgen sweep: cannot write " << csv_path << "\n";
-    return kExitCannotStart;
-  }
-  std::cout << "wrote " << csv_path << "\n";
-  int status = 0;
-  if (a.plot != "off") {
-    const std::string script = a.plot_script.empty() ? DefaultPlotScript() : a.plot_script;
-    const int rc = RunProcess({a.python, script, csv_path, png_path, a.kind});
-    if (rc == 0) {
-      std::cout << "wrote " << png_path << "\n";
-    } else {
-      std::cerr << "attention-loadgen sweep: warning: no plot written ("
-                << (rc < 0 ? "cannot run " + a.python
-                           : rc == 3 ? "matplotlib is missing: python3 -m pip install matplotlib"
-                                     : a.python + " " + script + " exited " + std::to_string(rc))
-                << "); the CSV is at " << csv_path << "\n";
-      if (a.plot == "required") status = 3;
-    }
-  }
-  std::cout << std::flush;
-  if (status == 0 && any_error) status = 1;
-  return status;
-}
-
-void AddSweepCommand(CLI::App* app, SweepArgs* a) {
-  CLI::App* sweep = app->add_subcommand(
-      "sweep",
-      "Reproduce the codelab's tables: a sequence-length, batch or MHA/GQA/MQA sweep across "
-      "backends. Each (point, backend) runs --warmup then --requests closed-loop fixed requests; "
-      "prints a table (p50/p99 ms, req/s, achieved TFLOP/s = server flops / kernel time) and "
-      "writes OUT/sweep-<kind>.csv and OUT/sweep-<kind>.png (via plot_sweep.py and matplotlib)");
-  sweep->add_option("--target", a->run.target, "Server address host:port or unix:PATH (Unix-domain socket)")->capture_default_str();
-  AddSecurityFlags(sweep, &a->run.security);
-  sweep->add_option("--backends", a->backends, "Comma-separated backends to compare")
-      ->capture_default_str();
-  sweep->add_option("--sweep", a->kind, "seq: sequence lengths; batch: batch sizes; heads: MHA "
-                                        "(K=N), GQA (K=N/4), MQA (K=1)")
-      ->check(CLI::IsMember({"seq", "batch", "heads"}))
-      ->required();
-  sweep->add_option("--seq", a->seqs, "Tokens (T = S) of the seq sweep")
-      ->delimiter(',')
-      ->capture_default_str();
-  sweep->add_option("--batches", a->batches, "Batch sizes of the batch sweep")
-      ->delimiter(',')
-      ->capture_default_str();
-  sweep->add_option("--tokens", a->tokens, "Tokens per request of the batch and heads sweeps")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--batch", a->run.shape.batch, "B (seq and heads sweeps)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--heads", a->run.shape.heads, "N, query heads")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--kv-heads", a->run.shape.kv_heads, "K (seq and batch sweeps)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--head-dim", a->run.shape.head_dim, "H")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--dtype", a->dtype_name, "Input/output dtype")
-      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
-      ->capture_default_str();
-  sweep->add_option("--causal", a->causal_name, "Causal alignment of the mask")
-      ->check(CLI::IsMember({"top_left", "bottom_right", "none"}))
-      ->capture_default_str();
-  sweep->add_option("--requests", a->requests, "Measured requests per point and backend")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--warmup", a->warmup, "Unmeasured requests first (per point and backend)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  sweep->add_option("--concurrency", a->run.concurrency, "Closed-loop workers")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  sweep->add_option("--deadline-ms", a->run.deadline_ms, "Per-call deadline")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  sweep->add_option("--seed", a->run.seed, "Seed of the inputs")->capture_default_str();
-  sweep->add_option("--out", a->out_dir, "Directory for sweep-<kind>.csv and .png")
-      ->capture_default_str();
-  sweep->add_option("--plot", a->plot,
-                    "required: exit 3 when the PNG cannot be made (CSV still written); "
-                    "optional: warn only; off: no PNG")
-      ->check(CLI::IsMember({"required", "optional", "off"}))
-      ->capture_default_str();
-  sweep->add_option("--python", a->python, "Python interpreter for the plot")
-      ->capture_default_str();
-  sweep->add_option("--plot-script", a->plot_script,
-                    "plot_sweep.py to use [default: " + DefaultPlotScript() + "]");
-  sweep->add_flag("--quiet", a->quiet, "No progress lines on stderr");
-}
 
 int Main(int argc, char** argv) {
   CLI::App app{
@@ -480,6 +206,8 @@ int Main(int argc, char** argv) {
                "exit 1 only when the run stopped early or nothing succeeded)");
   attn::RejectNonFiniteNumbers(app);
   CLI11_PARSE(app, argc, argv);
+  // SIGINT/SIGTERM from here on: stop, let calls in flight finish (2 s at most), report.
+  Interrupt::Install(kInterruptGraceS);
   for (ChannelSecurity* s : {&run.security, &sweep_args.run.security}) {
     if (const std::string e = LoadChannelSecurity(s); !e.empty()) {
       std::cerr << "attention-loadgen: " << e << "\n";
@@ -533,99 +261,20 @@ int Main(int argc, char** argv) {
   run.duration_s = duration_s;
 
   if (workload == "session" || workload == "mooncake") {
-    session.run = run;
-    session.workload = workload;
-    session.scaling = scaling;
-    if (workload == "mooncake" && session.decode_api == "batch") {
-      std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
-      return kExitCannotStart;
-    }
-    std::vector<SessionPlan> plans;
-    std::vector<MooncakeRequest> mooncake;
-    std::string description;
-    int64_t available = 0;
-    std::string error;
-    if (workload == "mooncake") {
-      if (trace_path.empty()) trace_path = DefaultTracePath("conversation_trace.jsonl");
-      if (!ReadMooncakeRequests(trace_path, &mooncake, &error)) {
-        std::cerr << "attention-loadgen: " << error << "\n";
-        return kExitCannotStart;
-      }
-      if (trace_offset >= static_cast<int64_t>(mooncake.size())) {
-        std::cerr << "attention-loadgen: --trace-offset is past the trace's rows\n";
-        return kExitCannotStart;
-      }
-      mooncake.erase(mooncake.begin(), mooncake.begin() + trace_offset);
-      available = static_cast<int64_t>(mooncake.size());
-      description = "mooncake " + BaseName(trace_path);
-    } else if (fixed_opt->count() > 0) {
-      plans.push_back(SessionPlan{fixed_tokens, session.max_gen});
-      available = 100;
-      description = "session fixed " + std::to_string(fixed_tokens) + " + " +
-                    std::to_string(session.max_gen) + " tokens";
-    } else {
-      if (trace_path.empty()) trace_path = DefaultTracePath();
-      std::vector<TraceRecord> rows;
-      if (!ReadTrace(trace_path, &rows, &error)) {
-        std::cerr << "attention-loadgen: " << error << "\n";
-        return kExitCannotStart;
-      }
-      if (trace_offset >= static_cast<int64_t>(rows.size())) {
-        std::cerr << "attention-loadgen: --trace-offset is past the trace's rows\n";
-        return kExitCannotStart;
-      }
-      for (size_t i = static_cast<size_t>(trace_offset); i < rows.size(); ++i) {
-        plans.push_back(PlanSession(rows[i], scaling, session.gen_scale, session.max_gen));
-      }
-      available = static_cast<int64_t>(plans.size());
-      description = "session " + BaseName(trace_path);
-    }
-    description += " (rows from " + std::to_string(trace_offset) + "; token scale " +
-                   Trim(scaling.scale) + " clamped to [" + std::to_string(scaling.min_tokens) +
-                   ", " + std::to_string(scaling.max_tokens) + "]; gen scale " +
-                   Trim(session.gen_scale) + ", max " + std::to_string(session.max_gen) + ")";
-    const int64_t count = requests >= 0 ? requests : (duration_s > 0 ? -1 : available);
-    SessionReport report = RunSessions(session, plans, mooncake, count);
-    report.target = run.target;
-    report.workload = description;
-    report.shape = "N=" + std::to_string(run.shape.heads) + " K=" +
-                   std::to_string(run.shape.kv_heads) + " H=" +
-                   std::to_string(run.shape.head_dim) + " " + DTypeName(run.shape.dtype);
-    report.decode_api = session.decode_api;
-    report.concurrency = run.concurrency;
-    report.layers = session.layers;
-    report.batch_sessions = session.decode_api == "batch" ? session.batch_sessions : 0;
-    report.verify_fraction = run.verify_fraction;
-    std::cout << FormatSessionReport(report) << std::flush;
-    if (!csv_path.empty() &&
-        !WriteFile(csv_path, SessionCsvHeader() + "\n" + SessionCsvRow(report) + "\n")) {
-      std::cerr << "attention-loadgen: cannot write " << csv_path << "\n";
-      return kExitCannotStart;
-    }
-    if (!json_path.empty()) {
-      nlohmann::json j = SessionReportToJson(report);
-      j["seed"] = run.seed;
-      std::ofstream out(json_path);
-      out << j.dump(2) << "\n";
-      if (!out) {
-        std::cerr << "attention-loadgen: cannot write " << json_path << "\n";
-        return kExitCannotStart;
-      }
-    }
-    int64_t errors = 0;
-    for (const auto& [code, n] : report.errors) errors += n;
-    if (session.check_kv_released && report.kv_pages_used_after != 0) {
-      std::cerr << "attention-loadgen: --check-kv-released: "
-                << (report.kv_pages_used_after < 0 ? report.stop_reason
-                                                   : std::to_string(report.kv_pages_used_after) +
-                                                         " KV pages still used")
-                << "\n";
-      return 1;
-    }
-    if (fail_on_error && (errors > 0 || report.mismatches > 0)) return 1;
-    // Nothing worked: a failure whatever --fail-on-error says.
-    if (report.sessions > 0 && report.sessions_ok == 0) return 1;
-    return 0;
+    SessionCommand c;
+    c.session = session;
+    c.session.run = run;
+    c.session.workload = workload;
+    c.session.scaling = scaling;
+    c.trace_path = trace_path;
+    c.trace_offset = trace_offset;
+    c.requests = requests;
+    c.fixed = fixed_opt->count() > 0;
+    c.fixed_tokens = fixed_tokens;
+    c.csv_path = csv_path;
+    c.json_path = json_path;
+    c.fail_on_error = fail_on_error;
+    return RunSessionCommand(c);
   }
 
   RunInfo info;
@@ -678,8 +327,13 @@ int Main(int argc, char** argv) {
       mode == "open" ? RunOpenLoop(run, plans.front()) : RunClosedLoop(run, plans.front());
   progress.Stop();
   info.stop_reason = result.stop_reason;
+  info.planned = run.max_requests;
+  info.schedule_s = result.schedule_s;
+  info.interrupted_by = Interrupt::SignalName();
   const Report report = BuildReport(info, result.samples, result.wall_s, result.client_overload);
   std::cout << FormatReport(report) << std::flush;
+  for (const std::string& w : report.warnings)
+    std::cerr << "attention-loadgen: warning: " << w << "\n";
 
   if (!csv_path.empty() && !WriteFile(csv_path, CsvHeader() + "\n" + CsvRow(report) + "\n")) {
     std::cerr << "attention-loadgen: cannot write " << csv_path << "\n";
@@ -699,6 +353,7 @@ int Main(int argc, char** argv) {
       return kExitCannotStart;
     }
   }
+  if (Interrupt::Requested()) return Interrupt::ExitCode();
   if (fail_on_error && (report.ok != report.sent || report.mismatches > 0)) return 1;
   // Stopped early (target unreachable) or nothing succeeded: a failure whatever
   // --fail-on-error says.

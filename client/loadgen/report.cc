@@ -61,7 +61,10 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
     latency_sum_ms += s.latency_ms;
     latency_max_ms = std::max(latency_max_ms, s.latency_ms);
     r.flops += s.flops;
-    r.kernel_s += static_cast<double>(s.phase_us[3]) * 1e-6;
+    // The call's share of its launch's kernel time (see Report::kernel_s); batch_size 0 (a
+    // server that does not say) counts as a launch of its own.
+    r.kernel_s += static_cast<double>(s.phase_us[3]) * 1e-6 /
+                  static_cast<double>(std::max<int64_t>(1, s.batch_size));
     for (size_t p = 0; p < phases.size(); ++p)
       phases[p].push_back(static_cast<double>(s.phase_us[p]));
     batch_sizes.push_back(static_cast<double>(s.batch_size));
@@ -90,11 +93,44 @@ Report BuildReport(const RunInfo& info, const std::vector<Sample>& samples, doub
     r.latency_ms.max = latency_max_ms;
   }
   if (r.kernel_s > 0) r.tflops = r.flops / r.kernel_s / 1e12;
+  r.completed = r.sent;
+  if (!info.interrupted_by.empty() && r.errors.count("CANCELLED") > 0) {
+    r.completed -= r.errors.at("CANCELLED");
+  }
   for (size_t p = 0; p < phases.size(); ++p) r.phases_us[kPhaseNames[p]] = Summarize(phases[p]);
   r.batch_size = Summarize(std::move(batch_sizes));
   if (wall_s > 0) {
     r.requests_per_s = static_cast<double>(r.ok) / wall_s;
     r.tokens_per_s = static_cast<double>(r.query_tokens) / wall_s;
+  }
+  if (info.mode == "open" && info.rate > 0 && r.ok >= kRateWarnMinCalls) {
+    // Rates between the first and the last event, so neither the first call's latency nor the
+    // last one's counts as a gap: a loop that keeps up completes calls as fast as they arrive.
+    double first = 0, last = 0;
+    bool any = false;
+    for (const Sample& s : samples) {
+      if (s.status != "OK") continue;
+      first = any ? std::min(first, s.done_s) : s.done_s;
+      last = any ? std::max(last, s.done_s) : s.done_s;
+      any = true;
+    }
+    const double achieved = last > first ? static_cast<double>(r.ok - 1) / (last - first) : 0;
+    double offered = info.rate;
+    if (info.schedule_s > 0 && r.sent > 1) {
+      offered = std::min(offered, static_cast<double>(r.sent - 1) / info.schedule_s);
+    }
+    if (last > first && achieved < kRateWarnFraction * offered) {
+      std::string w =
+          Format("offered %.1f/s, ", info.rate) +
+          Format("achieved %.1f/s: the server or the loadgen could not keep up", achieved);
+      if (r.ok < r.sent) w += " (" + std::to_string(r.sent - r.ok) + " calls failed)";
+      if (r.client_overload > 0) {
+        w += "; " + std::to_string(r.client_overload) +
+             " arrivals waited for a --max-in-flight slot";
+      }
+      w += "; latencies include the queueing; lower --rate or use a faster backend";
+      r.warnings.push_back(w);
+    }
   }
   return r;
 }
@@ -114,6 +150,15 @@ std::string FormatReport(const Report& r) {
     out << Row("mode", "closed loop, concurrency " + std::to_string(r.info.concurrency));
   }
   if (!r.info.stop_reason.empty()) out << Row("stopped early", r.info.stop_reason);
+  if (!r.info.interrupted_by.empty()) {
+    out << Row("INTERRUPTED",
+               "by " + r.info.interrupted_by + ": partial report; planned " +
+                   (r.info.planned >= 0 ? std::to_string(r.info.planned) + " requests"
+                                        : std::string("open-ended (--duration)")) +
+                   ", completed " + std::to_string(r.completed) +
+                   " (calls still in flight after the grace period were cancelled: " +
+                   std::to_string(r.sent - r.completed) + ")");
+  }
   const int64_t errors = r.sent - r.ok;
   out << Row("requests", "sent " + std::to_string(r.sent) + ", ok " + std::to_string(r.ok) +
                              ", errors " + std::to_string(errors));
@@ -149,7 +194,8 @@ std::string FormatReport(const Report& r) {
     out << Row("latency (ms)", "n/a (no successful request)");
   }
   if (r.kernel_s > 0) {
-    out << Row("achieved", Format("%.4f TFLOP/s", r.tflops) + " (server flops / kernel time)");
+    out << Row("achieved", Format("%.4f TFLOP/s", r.tflops) +
+                               " (server flops / kernel time, each launch counted once)");
   }
   std::string backends;
   for (const auto& [name, count] : r.backends) {
@@ -166,6 +212,7 @@ std::string FormatReport(const Report& r) {
   } else {
     out << Row("verification", "off (--verify-fraction 0)");
   }
+  for (const std::string& w : r.warnings) out << Row("WARNING", w);
   return out.str();
 }
 
@@ -184,7 +231,14 @@ nlohmann::json ReportToJson(const Report& r) {
   j["kernel_s"] = r.kernel_s;
   j["tflops"] = r.tflops;
   j["stop_reason"] = r.info.stop_reason;
-  j["requests"] = {{"sent", r.sent}, {"ok", r.ok}, {"errors", r.sent - r.ok}};
+  j["interrupted"] = !r.info.interrupted_by.empty();
+  j["interrupted_by"] = r.info.interrupted_by;
+  j["requests"] = {{"planned", r.info.planned},
+                   {"sent", r.sent},
+                   {"ok", r.ok},
+                   {"errors", r.sent - r.ok},
+                   {"completed", r.completed}};
+  j["warnings"] = r.warnings;
   j["errors"] = nlohmann::json::object();
   for (const auto& [code, count] : r.errors) {
     j["errors"][code] = {{"count", count}, {"first_message", r.first_messages.at(code)}};
@@ -242,6 +296,7 @@ std::string CsvRow(const Report& r) {
         num(r.tokens_per_s), num(r.latency_ms.p50), num(r.latency_ms.p90), num(r.latency_ms.p99),
         num(r.latency_ms.max), num(r.latency_ms.mean), num(r.tflops), std::to_string(r.verified),
         std::to_string(r.mismatches)}) {
+    // clang-format on
     if (!first) row += ",";
     first = false;
     row += CsvField(f);

@@ -3,15 +3,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <cmath>
-#include <condition_variable>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "attention/v1/attention.grpc.pb.h"
+#include "loadgen/interrupt.h"
 #include "loadgen/random_normal.h"
 #include "loadgen/verify.h"
 
@@ -84,7 +85,7 @@ class Runner {
     attention::v1::AttendResponse response;
     const auto end = start_ + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(options_.duration_s));
-    while (!stop_.load()) {
+    while (!stop_.load() && !Interrupt::Requested()) {
       const int64_t index = next_.fetch_add(1);
       if (options_.max_requests >= 0 && index >= options_.max_requests) break;
       const PlannedRequest planned = plan_.At(index);
@@ -93,18 +94,19 @@ class Runner {
       if (options_.duration_s > 0 && (scheduled >= end || Clock::now() >= end)) break;
       BuildAttendRequest(options_.shape, planned.tokens, RequestSeed(options_.seed, index),
                          &request);
-      if (planned.scheduled) std::this_thread::sleep_until(scheduled);
-      if (stop_.load()) break;
+      if (planned.scheduled && !Interrupt::SleepUntil(scheduled)) break;
+      if (stop_.load() || Interrupt::Requested()) break;
 
       grpc::ClientContext context;
+      const Interrupt::ScopedCall cancellable(&context);
       int64_t call_deadline_ms = options_.deadline_ms;
       const bool connected =
           Connect(channel.get(), std::chrono::system_clock::now() +
                                      std::chrono::milliseconds(options_.connect_timeout_ms));
       if (!connected) call_deadline_ms = std::min(call_deadline_ms, options_.connect_timeout_ms);
       const auto sent = planned.scheduled ? scheduled : Clock::now();
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::milliseconds(call_deadline_ms));
+      context.set_deadline(Interrupt::CapDeadline(std::chrono::system_clock::now() +
+                                                  std::chrono::milliseconds(call_deadline_ms)));
       response.Clear();
       const grpc::Status status = stub->Attend(&context, request, &response);
       const auto done = Clock::now();
@@ -112,6 +114,7 @@ class Runner {
       Sample s;
       s.index = index;
       s.latency_ms = std::chrono::duration<double, std::milli>(done - sent).count();
+      s.done_s = std::chrono::duration<double>(done - start_).count();
       s.status = StatusCodeName(status.error_code());
       if (!status.ok()) {
         s.error_message = status.error_message();
@@ -183,8 +186,8 @@ class OpenRunner {
 
   RunResult Run() {
     const int channels = 4;  // a few connections so one HTTP/2 stream limit does not cap us
-    const auto connect_deadline = std::chrono::system_clock::now() +
-                                  std::chrono::milliseconds(options_.connect_timeout_ms);
+    const auto connect_deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms);
     bool connected = true;
     for (int i = 0; i < channels; ++i) {
       channels_.push_back(MakeChannel(options_));
@@ -194,6 +197,7 @@ class OpenRunner {
     start_ = Clock::now();
     PoissonArrivals arrivals(options_.rate, SplitMix64(options_.seed ^ 0x0a11a1u));
     double t = 0;
+    double schedule_s = 0;  // the last sent arrival's scheduled time
     const int max_in_flight = std::max(1, options_.max_in_flight);
     for (int64_t index = 0;; ++index) {
       if (options_.max_requests >= 0 && index >= options_.max_requests) break;
@@ -203,6 +207,7 @@ class OpenRunner {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!stop_reason_.empty()) break;
       }
+      if (Interrupt::Requested()) break;
       const PlannedRequest planned = plan_.At(index);
       auto call = std::make_unique<Call>();
       call->index = index;
@@ -220,11 +225,18 @@ class OpenRunner {
         }
         ++in_flight_;
       }
-      std::this_thread::sleep_until(call->scheduled);
+      // An interrupt (while waiting for a slot or for the arrival time) sends nothing more.
+      if (Interrupt::Requested() || !Interrupt::SleepUntil(call->scheduled)) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --in_flight_;
+        break;
+      }
       int64_t deadline_ms = options_.deadline_ms;
       if (!connected) deadline_ms = std::min(deadline_ms, options_.connect_timeout_ms);
-      call->context.set_deadline(std::chrono::system_clock::now() +
-                                 std::chrono::milliseconds(deadline_ms));
+      call->context.set_deadline(Interrupt::CapDeadline(std::chrono::system_clock::now() +
+                                                        std::chrono::milliseconds(deadline_ms)));
+      Interrupt::Register(&call->context);
+      schedule_s = t;
       Call* raw = call.release();
       stubs_[static_cast<size_t>(index % channels)]->async()->Attend(
           &raw->context, &raw->request, &raw->response,
@@ -234,13 +246,14 @@ class OpenRunner {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return in_flight_ == 0; });
     RunResult result;
-    result.wall_s = last_done_ > start_ ? std::chrono::duration<double>(last_done_ - start_).count()
-                                        : 0;
+    result.wall_s =
+        last_done_ > start_ ? std::chrono::duration<double>(last_done_ - start_).count() : 0;
     result.samples = std::move(samples_);
     std::sort(result.samples.begin(), result.samples.end(),
               [](const Sample& a, const Sample& b) { return a.index < b.index; });
     result.stop_reason = stop_reason_;
     result.client_overload = overload_;
+    result.schedule_s = schedule_s;
     return result;
   }
 
@@ -255,11 +268,13 @@ class OpenRunner {
   };
 
   void Done(Call* raw, const grpc::Status& status, bool connected) {
-      std::unique_ptr<Call> call(raw);
+    std::unique_ptr<Call> call(raw);
+    Interrupt::Unregister(&call->context);
     const auto done = Clock::now();
     Sample s;
     s.index = call->index;
     s.latency_ms = std::chrono::duration<double, std::milli>(done - call->scheduled).count();
+    s.done_s = std::chrono::duration<double>(done - start_).count();
     s.status = StatusCodeName(status.error_code());
     if (!status.ok()) {
       s.error_message = status.error_message();
@@ -271,8 +286,8 @@ class OpenRunner {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!status.ok() && !connected && stop_reason_.empty()) {
       stop_reason_ = "target unreachable: no connection to " + options_.target +
-                     " (connect timeout " + std::to_string(options_.connect_timeout_ms) +
-                     " ms); " + s.status + ": " + s.error_message;
+                     " (connect timeout " + std::to_string(options_.connect_timeout_ms) + " ms); " +
+                     s.status + ": " + s.error_message;
     }
     samples_.push_back(std::move(s));
     last_done_ = std::max(last_done_, done);

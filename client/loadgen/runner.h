@@ -40,6 +40,7 @@ struct RunResult {
   double wall_s = 0;            // from start to the last completion
   std::string stop_reason;      // non-empty when the run was cut short (e.g. target unreachable)
   int64_t client_overload = 0;  // open loop: arrivals that found --max-in-flight calls outstanding
+  double schedule_s = 0;        // open loop: scheduled time of the last arrival sent, s
 };
 
 /// Exponential inter-arrival times of a Poisson process of `rate` per second, a deterministic

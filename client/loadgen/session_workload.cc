@@ -16,6 +16,7 @@
 #include "loadgen/oracle.h"
 #include "loadgen/random_normal.h"
 #include "loadgen/report.h"
+#include "loadgen/interrupt.h"
 #include "loadgen/verify.h"
 
 namespace attn::loadgen {
@@ -302,6 +303,7 @@ int64_t Micros(Clock::duration d) {
 
 struct Stats {
   int64_t sessions = 0, sessions_ok = 0, prefill_tokens = 0, decode_steps = 0;
+  int64_t sessions_cut = 0;  // cut short at a step boundary by SIGINT/SIGTERM (not an error)
   HdrHistogram prefill_us, step_us, message_us;
   // From each OK step's ExecutionReport: steps in the server launch it ran in, queue time.
   HdrHistogram server_batch, server_queue_us, server_total_us;
@@ -349,6 +351,7 @@ struct Stats {
   void Merge(const Stats& o) {
     sessions += o.sessions;
     sessions_ok += o.sessions_ok;
+    sessions_cut += o.sessions_cut;
     prefill_tokens += o.prefill_tokens;
     decode_steps += o.decode_steps;
     prefill_us.Merge(o.prefill_us);
@@ -402,6 +405,9 @@ void SteadyWindow(const Stats& all, SessionReport* r) {
   r->steady_decode_steps_per_s = static_cast<double>(n) / r->steady_window_s;
 }
 
+// After SIGINT/SIGTERM, the deadline of each ReleaseSequence (see SessionRunner::ReleaseSeq).
+constexpr int64_t kReleaseAfterInterruptMs = 1000;
+
 class SessionRunner {
  public:
   SessionRunner(const SessionOptions& o, const std::vector<SessionPlan>& plans,
@@ -434,6 +440,7 @@ class SessionRunner {
     r.wall_s = wall;
     r.sessions = all.sessions;
     r.sessions_ok = all.sessions_ok;
+    r.sessions_cut = all.sessions_cut;
     r.prefill_tokens = all.prefill_tokens;
     r.decode_steps = all.decode_steps;
     r.decode_steps_per_s = wall > 0 ? all.decode_steps / wall : 0;
@@ -489,13 +496,23 @@ class SessionRunner {
     return MakeSecureChannel(o_.run.target, o_.run.security, args);
   }
 
+  // The per-call deadline (capped at the end of the interrupt's grace period after SIGINT).
   void Deadline(grpc::ClientContext* ctx) const {
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(o_.run.deadline_ms));
+    ctx->set_deadline(Interrupt::CapDeadline(std::chrono::system_clock::now() +
+                                             std::chrono::milliseconds(o_.run.deadline_ms)));
+  }
+
+  // True (and the session counted as cut) when SIGINT/SIGTERM arrived: the session stops at
+  // this step boundary.
+  static bool Cut(Stats* st) {
+    if (!Interrupt::Requested()) return false;
+    ++st->sessions_cut;
+    return true;
   }
 
   // Claims the next session/request index, or -1 when the run is over.
   int64_t Claim() {
+    if (Interrupt::Requested()) return -1;
     if (o_.run.duration_s > 0 &&
         std::chrono::duration<double>(Clock::now() - start_).count() >= o_.run.duration_s) {
       return -1;
@@ -504,9 +521,15 @@ class SessionRunner {
     return count_ >= 0 && i >= count_ ? -1 : i;
   }
 
+  // Releases are cleanup, also after SIGINT/SIGTERM: never cancelled by the interrupt (that would
+  // leave the sequence's KV pages held on the server), but bounded by kReleaseAfterInterruptMs
+  // once interrupted.
   void ReleaseSeq(av1::SequenceService::Stub* stub, const std::string& id, Stats* st) {
     grpc::ClientContext ctx;
-    Deadline(&ctx);
+    const int64_t ms = Interrupt::Requested()
+                           ? std::min<int64_t>(o_.run.deadline_ms, kReleaseAfterInterruptMs)
+                           : o_.run.deadline_ms;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
     av1::ReleaseSequenceRequest req;
     req.set_sequence_id(id);
     av1::ReleaseSequenceResponse resp;
@@ -516,6 +539,7 @@ class SessionRunner {
 
   bool Create(av1::SequenceService::Stub* stub, int64_t reserve, std::string* id, Stats* st) {
     grpc::ClientContext ctx;
+    const Interrupt::ScopedCall cancellable(&ctx);
     Deadline(&ctx);
     av1::CreateSequenceRequest req;
     req.set_num_layers(o_.layers);
@@ -540,6 +564,7 @@ class SessionRunner {
     av1::ExtendRequest req;
     BuildExtend(shape_, s->id, layer, position, t, s->key, &req);
     grpc::ClientContext ctx;
+    const Interrupt::ScopedCall cancellable(&ctx);
     Deadline(&ctx);
     av1::ExtendResponse resp;
     const grpc::Status status = stub->Extend(&ctx, req, &resp);
@@ -559,6 +584,7 @@ class SessionRunner {
   // Prefill [from, context) on every layer.
   bool Prefill(av1::SequenceService::Stub* stub, Live* s, int64_t from, Stats* st) {
     for (int layer = 0; layer < o_.layers; ++layer) {
+      if (Cut(st)) return false;
       if (!ExtendUnary(stub, s, layer, from, s->plan.context_tokens - from, st)) return false;
     }
     st->prefill_tokens += s->plan.context_tokens - from;
@@ -570,6 +596,7 @@ class SessionRunner {
     if (s->plan.generated_tokens == 0) return true;
     if (o_.decode_api != "stream") {
       for (int64_t step = 0; step < s->plan.generated_tokens; ++step) {
+        if (Cut(st)) return false;
         const auto t0 = Clock::now();
         for (int layer = 0; layer < o_.layers; ++layer) {
           if (!ExtendUnary(stub, s, layer, DecodePosition(s->plan, step), 1, st)) return false;
@@ -582,6 +609,7 @@ class SessionRunner {
       return true;
     }
     grpc::ClientContext ctx;
+    const Interrupt::ScopedCall cancellable(&ctx);
     Deadline(&ctx);
     auto stream = stub->ExtendStream(&ctx);
     bool ok = true;
@@ -589,6 +617,11 @@ class SessionRunner {
     av1::ExtendRequest req;
     av1::ExtendResult result;
     for (int64_t step = 0; ok && step < s->plan.generated_tokens; ++step) {
+      if (Cut(st)) {
+        ok = false;
+        recorded = true;  // not an error: the stream ends cleanly below
+        break;
+      }
       const int64_t position = DecodePosition(s->plan, step);
       const auto t0 = Clock::now();
       for (int layer = 0; ok && layer < o_.layers; ++layer) {
@@ -694,6 +727,13 @@ class SessionRunner {
           if (!s.failed && step < s.plan.generated_tokens) active.push_back(&s);
         }
         if (active.empty()) break;
+        if (Interrupt::Requested()) {
+          for (Live* s : active) {
+            s->failed = true;
+            ++st->sessions_cut;
+          }
+          break;
+        }
         const auto t0 = Clock::now();
         for (int layer = 0; layer < o_.layers; ++layer) {
           av1::ExtendBatchRequest req;
@@ -706,6 +746,7 @@ class SessionRunner {
           }
           if (sent.empty()) break;
           grpc::ClientContext ctx;
+          const Interrupt::ScopedCall cancellable(&ctx);
           Deadline(&ctx);
           av1::ExtendBatchResponse resp;
           const grpc::Status status = stub->ExtendBatch(&ctx, req, &resp);
@@ -773,6 +814,7 @@ class SessionRunner {
       fork_length = ForkLength(match->shared_blocks, scale, match->context_tokens, context);
       if (fork_length > 0) {
         grpc::ClientContext ctx;
+        const Interrupt::ScopedCall cancellable(&ctx);
         Deadline(&ctx);
         av1::ForkSequenceRequest freq;
         freq.set_sequence_id(match->sequence_id);
@@ -856,6 +898,13 @@ std::string FormatSessionReport(const SessionReport& r) {
       << "\n"
       << "concurrency            " << r.concurrency << "\n";
   if (!r.stop_reason.empty()) out << "stopped                " << r.stop_reason << "\n";
+  if (!r.interrupted_by.empty()) {
+    out << "INTERRUPTED            by " << r.interrupted_by << ": partial report; planned "
+        << (r.planned >= 0 ? std::to_string(r.planned) + " sessions"
+                           : std::string("open-ended (--duration)"))
+        << ", completed " << r.sessions - r.sessions_cut << ", cut short " << r.sessions_cut
+        << "\n";
+  }
   out << "sessions               " << r.sessions << " (" << r.sessions_ok << " ok)\n"
       << "wall                   " << Fmt(r.wall_s) << " s\n"
       << "prefill tokens         " << r.prefill_tokens << "\n"
@@ -915,6 +964,11 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["wall_s"] = r.wall_s;
   j["sessions"] = r.sessions;
   j["sessions_ok"] = r.sessions_ok;
+  j["interrupted"] = !r.interrupted_by.empty();
+  j["interrupted_by"] = r.interrupted_by;
+  j["planned"] = r.planned;
+  j["completed"] = r.sessions - r.sessions_cut;
+  j["sessions_cut"] = r.sessions_cut;
   j["prefill_tokens"] = r.prefill_tokens;
   j["decode_steps"] = r.decode_steps;
   j["decode_steps_per_s"] = r.decode_steps_per_s;

@@ -150,6 +150,9 @@ struct SessionReport {
   double wall_s = 0;
   int64_t sessions = 0;     // started
   int64_t sessions_ok = 0;  // every call OK
+  int64_t sessions_cut = 0;  // stopped at a step boundary by SIGINT/SIGTERM (not errors)
+  int64_t planned = -1;      // sessions/requests the run was to make; -1: open-ended (set by main)
+  std::string interrupted_by;  // "SIGINT" / "SIGTERM" when a signal cut the run short (main)
   int64_t prefill_tokens = 0;
   int64_t decode_steps = 0;  // OK session-steps (one token through every layer)
   double decode_steps_per_s = 0;

@@ -25,7 +25,11 @@ def main(server, loadgen):
         log = open(os.path.join(d, "server.log"), "w")
         proc = subprocess.Popen([server, "--listen", "127.0.0.1:0", "--port-file", port_file,
                                  "--log-level", "warn", "--metrics-address", "", "--threads",
-                                 "1", "--cpu-threads", "1"], stderr=log)
+                                 "1", "--cpu-threads", "1",
+                                 # The open loop's backlog (0.5 X calls a second of ~1.7 MB)
+                                 # must not reach the server's in-flight byte cap (128 MiB by
+                                 # default): that refuses calls and the run has errors.
+                                 "--max-inflight-bytes", str(1 << 30)], stderr=log)
         try:
             for _ in range(300):
                 if os.path.exists(port_file) and os.path.getsize(port_file) > 0:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Integration: `attention-loadgen sweep` against a real server (cpu backend, tiny shapes) prints
-# the table and writes sweep-<kind>.csv with one row per (point, backend) and a valid PNG.
+# the table and writes sweep-<kind>.csv with one row per (point, backend) and a valid PNG; the
+# plot script's tick labels and failed-point handling.
 # Skipped (exit 77) when python3 cannot import matplotlib.
 set -euo pipefail
 server=$1
@@ -24,6 +25,7 @@ check() {  # kind expected-rows
 grep -qE '^seq +backend +p50 ms +p99 ms +req/s +TFLOP/s' "$dir/seq.txt"
 for t in 16 32 64; do grep -qE "^T=$t +cpu " "$dir/seq.txt"; done
 grep -q '^seq,T=32,cpu,1,32,4,4,32,bf16,4,4,0,' "$dir/out/sweep-seq.csv"
+head -1 "$dir/out/sweep-seq.csv" | grep -q ',tflops,error$'
 check seq 3
 "$loadgen" sweep --target "$target" --backends cpu --sweep heads --heads 8 --tokens 32 \
   --head-dim 32 --requests 3 --quiet --out "$dir/out" | tee "$dir/heads.txt"
@@ -41,4 +43,22 @@ rc=0
 "$loadgen" sweep --target "$target" --sweep batch --batches 1 --tokens 8 --heads 2 --kv-heads 2 \
   --head-dim 8 --requests 1 --quiet --out "$dir/out2" --python /nonexistent/python || rc=$?
 [ "$rc" -ne 0 ] || { echo "--plot required without python should fail"; exit 1; }
+# plot_sweep.py: plain tick labels (never 4x10^1), failed (empty) cells read as NaN, not 0, and a
+# CSV with a failed point still plots (with a title, as the loadgen passes the run's context).
+script="$(dirname "$0")/../../client/loadgen/plot_sweep.py"
+python3 - "$script" <<'PY'
+import importlib.util, math, sys
+spec = importlib.util.spec_from_file_location("plot_sweep", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+assert m.plain(40.0) == "40" and m.plain(0.5) == "0.5" and m.plain(1200.0) == "1200"
+assert math.isnan(m.number("")) and m.number("2.5") == 2.5
+class Ax:
+    def get_ylim(self): return (35.0, 60.0)
+assert m.plain_minor(Ax())(40.0) == "40"  # within a decade every minor tick is labelled
+PY
+{ head -1 "$dir/out/sweep-seq.csv"; echo 'seq,T=8,cpu,1,8,4,4,32,bf16,4,0,4,,,,,,"X: y"';
+  tail -n +2 "$dir/out/sweep-seq.csv"; } > "$dir/failed.csv"
+python3 "$script" "$dir/failed.csv" "$dir/failed.png" seq "title with context"
+[ "$(head -c 8 "$dir/failed.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]
 echo PASS
