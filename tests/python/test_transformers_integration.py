@@ -8,6 +8,7 @@ Run: ATTN_SERVER_BIN=build/server/attention-server PYTHONPATH=client/python \
      python3 -m pytest -q -rs tests/python/test_transformers_integration.py
 Skips (whole module) when torch or transformers is not installed.
 """
+import inspect
 import os
 import re
 import signal
@@ -305,3 +306,50 @@ def test_frontend_bench_runs_tiny(tmp_path):
         assert c["prefill_logits_max_abs_vs_local"] < 1e-4
         assert c["loop"].startswith("torch.compile(model.forward")
     assert "tcp+compile" in p.stdout
+
+
+def test_compiled_model_shares_one_graph_across_layers(client):
+    """torch.compile(model.forward) on an attached model: the attention calls stay RPCs (the
+    session's counters move by layers x forwards x rows), the logits equal the eager attached
+    run's, and with 10 layers no frame hits dynamo's recompile limit (8): the attention
+    frames are not specialised per layer (ServerCache.update ignores layer_idx, its layers
+    have no first-call branch), so a 16-layer model compiles as a whole instead of falling
+    back to eager after 8 layers."""
+    import torch._dynamo as dynamo
+    layers = 10
+    torch.manual_seed(99)
+    m = transformers.LlamaForCausalLM(_config(num_hidden_layers=layers)).eval()
+    ids = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(5))
+
+    def run(steps=3):
+        logits, forwards = [], 0
+        with attach(m, client) as am, torch.no_grad():
+            out = m(input_ids=ids, use_cache=True)
+            cache = getattr(out, "cache", None) or out.past_key_values
+            kw = "cache" if "cache" in inspect.signature(m.forward).parameters \
+                else "past_key_values"
+            forwards += 1
+            for _ in range(steps):
+                logits.append(out.logits[:, -1].float())
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+                out = m(input_ids=tok, use_cache=True, **{kw: cache})
+                forwards += 1
+            logits.append(out.logits[:, -1].float())
+            assert am.session.stats.extend_steps == layers * forwards * ids.shape[0]
+        return torch.stack(logits)
+
+    eager = run()
+    fwd0 = m.forward
+    saved = dynamo.config.fail_on_recompile_limit_hit
+    dynamo.reset()
+    dynamo.config.fail_on_recompile_limit_hit = True  # a fallback to eager raises here
+    try:
+        m.forward = torch.compile(fwd0, mode="default", dynamic=False)
+        for _ in range(2):  # the second conversation reuses the graphs
+            compiled = run()
+            assert torch.allclose(compiled, eager, atol=1e-5, rtol=1e-5), \
+                (compiled - eager).abs().max()
+    finally:
+        m.forward = fwd0
+        dynamo.config.fail_on_recompile_limit_hit = saved
+        dynamo.reset()

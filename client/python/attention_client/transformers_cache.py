@@ -24,6 +24,9 @@ class _ServerCacheLayer(DynamicLayer):
     def __init__(self, owner):
         super().__init__()
         self._owner = owner
+        # Initialised from the start (it holds nothing to size): no first-call branch in update,
+        # so a compiled model does not compile each layer's frame once more for that branch.
+        self.is_initialized = True
 
     def lazy_initialization(self, key_states, value_states, *args, **kwargs):
         self.device = key_states.device
@@ -32,8 +35,6 @@ class _ServerCacheLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         """Returns the new states unchanged (the attention function sends them)."""
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
         return key_states, value_states
 
     def get_seq_length(self, *args, **kwargs):
@@ -83,6 +84,12 @@ class ServerCache(Cache):
         self.owner = owner
         self.generation = generation
         self.seen = 0
+
+    def update(self, key_states, value_states, layer_idx=None, *args, **kwargs):
+        """Returns the new states unchanged, whatever the layer (nothing is stored). Not
+        indexing the layers by layer_idx keeps a compiled model's attention frames free of
+        per-layer guards: all layers share one compiled graph per input shape."""
+        return key_states, value_states
 
     def get_seq_length(self, layer_idx=0, *args, **kwargs):
         return self.seen
