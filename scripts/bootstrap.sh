@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs whatever this project needs that the machine lacks, from Debian's packages and PyPI.
 # Idempotent: packages already present are skipped. Run as root (or with sudo available).
-# Usage: scripts/bootstrap.sh [--no-python] [--cudnn]
+# Usage: scripts/bootstrap.sh [--run] [--no-python] [--cudnn]
+#   --run        only what building and running attention-server and attention-loadgen needs
+#                (scripts/run.sh): the toolchain and the libraries they link, plus the pinned
+#                cuDNN headers when nvcc exists; no test, fuzz or deploy tools, no PyPI test
+#                packages, no model files (scripts/test.sh installs those)
 #   --no-python  skip the Python test packages and the deploy checkers
 #   --cudnn      install the pinned cuDNN + cudnn-frontend headers (scripts/cudnn_pins.txt) even
 #                with --no-python, and fail if that is impossible (the image build uses this);
@@ -10,24 +14,39 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 no_python=0
 want_cudnn=0
+run_only=0
 for a in "$@"; do
   case "$a" in
+    --run) run_only=1; no_python=1 ;;
     --no-python) no_python=1 ;;
     --cudnn) want_cudnn=1 ;;
     *) echo "bootstrap: unknown option $a" >&2; exit 2 ;;
   esac
 done
 
-DEB_PACKAGES=(
+has_nvcc=0
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then has_nvcc=1; fi
+# Building and running the server and the loadgen (the two binaries of scripts/run.sh).
+RUN_DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev libcli11-dev nlohmann-json3-dev
-  libxxhash-dev
-  libgtest-dev libgmock-dev googletest libssl-dev zlib1g-dev libc-ares-dev libre2-dev
+  libxxhash-dev libssl-dev zlib1g-dev libc-ares-dev libre2-dev
+)
+# The tests on top (scripts/test.sh).
+TEST_DEB_PACKAGES=(
+  libgtest-dev libgmock-dev googletest
   prometheus python3 python3-venv python3-pip
   clang libclang-rt-dev  # request fuzzer (scripts/fuzz.sh): clang with the libFuzzer runtime
   openssl  # security tests generate throwaway certificates with the openssl command
 )
+if [ "$run_only" = 1 ]; then
+  DEB_PACKAGES=("${RUN_DEB_PACKAGES[@]}")
+  # the pinned cuDNN headers come from PyPI (below)
+  if [ "$has_nvcc" = 1 ]; then DEB_PACKAGES+=(python3 python3-pip); fi
+else
+  DEB_PACKAGES=("${RUN_DEB_PACKAGES[@]}" "${TEST_DEB_PACKAGES[@]}")
+fi
 PY_PACKAGES=(numpy grpcio protobuf pytest matplotlib)
 # Python client tests (client/python): gencode drift check, MiniLM frontend example.
 PY_PACKAGES+=(grpcio-tools tokenizers safetensors)
@@ -105,9 +124,8 @@ fi
 # headers/libraries are needed (the frontend's Python deps pull in CUTLASS DSL, cuDNN's pull in
 # cuBLAS). The server accepts any runtime cuDNN of the same major and an equal or newer minor
 # (NVIDIA's compatibility rule, kernels/cudnn/cudnn_version.cc).
-has_nvcc=0
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then has_nvcc=1; fi
-if [ "$want_cudnn" = 1 ] || { [ "$no_python" = 0 ] && [ "$has_nvcc" = 1 ]; }; then
+if [ "$want_cudnn" = 1 ] || { { [ "$no_python" = 0 ] || [ "$run_only" = 1 ]; } &&
+                               [ "$has_nvcc" = 1 ]; }; then
   PY=${PYTHON:-python3}
   cudnn_need=()
   while read -r req; do

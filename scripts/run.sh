@@ -7,10 +7,11 @@
 # cleanly. Extra arguments are passed to attention-loadgen (e.g. --requests 50).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/bootstrap.sh"
+"$root/scripts/bootstrap.sh" --run  # only what building and running needs; test.sh adds the rest
 echo "[run] building attention-server and attention-loadgen (on 2 cores: a few minutes without"
-echo "[run] CUDA, longer when nvcc is found and the CUDA kernels compile; log: build.log)"
-"$root/scripts/build.sh" --target attention-server --target attention-loadgen \
+echo "[run] CUDA; when nvcc is found the CUDA kernels compile too, since the server's GPU"
+echo "[run] backends are built wherever CUDA is, ~10 minutes more; log: build.log)"
+"$root/scripts/build.sh" --no-tests --target attention-server --target attention-loadgen \
   >"$root/build.log" 2>&1 || { tail -50 "$root/build.log"; exit 1; }
 bin="$root/build"
 log=$(mktemp)
@@ -25,8 +26,15 @@ for _ in $(seq 1 100); do
 done
 sed 's/^/[server] /' "$log"
 status=0
-"$bin/client/attention-loadgen" --requests 200 --concurrency 2 --token-scale 0.5 \
-  --verify-fraction 0.2 --fail-on-error "$@" || status=$?
+# The defaults below, each unless the caller gave that flag (the loadgen takes a flag once).
+defaults=()
+for kv in --requests=200 --concurrency=2 --token-scale=0.5 --verify-fraction=0.2; do
+  flag=${kv%%=*}
+  given=0
+  for a in "$@"; do case "$a" in "$flag" | "$flag"=*) given=1 ;; esac; done
+  [ "$given" = 1 ] || defaults+=("$flag" "${kv#*=}")
+done
+"$bin/client/attention-loadgen" "${defaults[@]}" --fail-on-error "$@" || status=$?
 kill -TERM "$pid"
 wait "$pid" && server_rc=0 || server_rc=$?
 tail -n 2 "$log" | sed 's/^/[server] /'
