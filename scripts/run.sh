@@ -10,7 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/bootstrap.sh" --run  # only what building and running needs; test.sh adds the rest
 # Say what the build will contain before the long, quiet compile (CUDA is on whenever nvcc is
 # found, GPU or not: the same binary then serves the GPU backends on a machine that has one).
-"$root/scripts/build.sh" --no-tests --configure-only | grep -E "^-- attn:" | sed 's/^/[run] /'
+# (a failing configure is reported by the build below, with its log)
+{ "$root/scripts/build.sh" --no-tests --configure-only | grep -E "^-- attn:" |
+    sed 's/^/[run] /'; } || true
 echo "[run] building attention-server and attention-loadgen (on 2 cores: a few minutes without"
 echo "[run] CUDA; with CUDA on (nvcc found, even without a GPU) ~12 minutes; log: build.log)"
 "$root/scripts/build.sh" --no-tests --target attention-server --target attention-loadgen \
