@@ -347,3 +347,16 @@ def test_torch_inputs(client):
     assert r.o.dtype == torch.bfloat16
     ref = oracle(*(t.float().numpy() for t in (tq, tk, tv)))[0]
     np.testing.assert_allclose(r.o.float().numpy(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_client_side_errors_carry_their_status_code(client):
+    """A check the client makes before sending raises the typed error with its gRPC code (the
+    errors module's promise), method None; a server's error keeps the server's code."""
+    from attention_client import errors
+    with pytest.raises(errors.InvalidArgument) as e:
+        client.build_request(np.zeros((1, 2, 2, 8), np.int32), np.zeros((1, 2, 2, 8), np.int32),
+                             np.zeros((1, 2, 2, 8), np.int32))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and e.value.method is None
+    assert str(e.value).startswith("INVALID_ARGUMENT: ")
+    assert errors.Internal("x").code == grpc.StatusCode.INTERNAL
+    assert errors.NotFound("x", grpc.StatusCode.NOT_FOUND, "Extend").method == "Extend"

@@ -21,10 +21,12 @@ class AttentionError(Exception):
     """Base class. Attributes: code (grpc.StatusCode or None), details (str, the server's
     message), method (the RPC name, e.g. "Attend", or None for client-side checks)."""
 
+    default_code = None  # the subclass's status, for errors raised by the client itself
+
     def __init__(self, details, code=None, method=None):
         super().__init__(details)
         self.details = details
-        self.code = code
+        self.code = code if code is not None else self.default_code
         self.method = method
 
     def __str__(self):
@@ -35,67 +37,83 @@ class AttentionError(Exception):
 
 class Cancelled(AttentionError):
     """CANCELLED: the call was cancelled before it started computing."""
+    default_code = grpc.StatusCode.CANCELLED
 
 
 class Unknown(AttentionError):
     """UNKNOWN."""
+    default_code = grpc.StatusCode.UNKNOWN
 
 
 class InvalidArgument(AttentionError, ValueError):
     """INVALID_ARGUMENT: shapes, dtypes, byte sizes, head counts, lengths, unknown backend..."""
+    default_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class DeadlineExceeded(AttentionError, TimeoutError):
     """DEADLINE_EXCEEDED: the deadline (client ``timeout``, seconds) passed before computing."""
+    default_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class NotFound(AttentionError, LookupError):
     """NOT_FOUND: unknown, released, evicted, expired or another identity's sequence."""
+    default_code = grpc.StatusCode.NOT_FOUND
 
 
 class AlreadyExists(AttentionError):
     """ALREADY_EXISTS."""
+    default_code = grpc.StatusCode.ALREADY_EXISTS
 
 
 class PermissionDenied(AttentionError):
     """PERMISSION_DENIED."""
+    default_code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class ResourceExhausted(AttentionError):
     """RESOURCE_EXHAUSTED: message too large, queue full, device pool or KV cache full."""
+    default_code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class FailedPrecondition(AttentionError):
     """FAILED_PRECONDITION: a named backend cannot run the input, or an Extend position is not
     the layer's current length (the message gives the length)."""
+    default_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class Aborted(AttentionError):
     """ABORTED."""
+    default_code = grpc.StatusCode.ABORTED
 
 
 class OutOfRange(AttentionError):
     """OUT_OF_RANGE."""
+    default_code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Unimplemented(AttentionError):
     """UNIMPLEMENTED: the server does not offer this RPC."""
+    default_code = grpc.StatusCode.UNIMPLEMENTED
 
 
 class Internal(AttentionError):
     """INTERNAL: device fault (the server then reports NOT_SERVING on health)."""
+    default_code = grpc.StatusCode.INTERNAL
 
 
 class Unavailable(AttentionError, ConnectionError):
     """UNAVAILABLE: server draining for shutdown, or not reachable."""
+    default_code = grpc.StatusCode.UNAVAILABLE
 
 
 class DataLoss(AttentionError):
     """DATA_LOSS."""
+    default_code = grpc.StatusCode.DATA_LOSS
 
 
 class Unauthenticated(AttentionError):
     """UNAUTHENTICATED."""
+    default_code = grpc.StatusCode.UNAUTHENTICATED
 
 
 STATUS_TO_ERROR = {
