@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/server_flags.h"
+#include "parse_captured.h"
 
 namespace attn {
 namespace {
@@ -51,19 +52,6 @@ TEST(ByteSize, BadSuffixesAndOverflowAreRefusedWithTheRule) {
   EXPECT_NE(ParseByteSize("9223372036854775808", &got).find("too large"), std::string::npos);
   EXPECT_EQ(ParseByteSize("8388607T", &got), "");
   EXPECT_EQ(got, 8388607ll << 40);
-}
-
-// Runs ParseServerFlags on argv (argv[0] added) with stdout and stderr captured into `*out`.
-int ParseCaptured(std::vector<std::string> args, ServerConfig* c, std::string* out) {
-  args.insert(args.begin(), "attention-server");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int code = ParseServerFlags(static_cast<int>(argv.size()), argv.data(), c);
-  *out = testing::internal::GetCapturedStdout();
-  *out += testing::internal::GetCapturedStderr();
-  return code;
 }
 
 TEST(ByteSize, EveryBytesFlagTakesSuffixes) {

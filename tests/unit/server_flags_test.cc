@@ -1,6 +1,7 @@
 // attention-server's flags: the grouped --help screen, errors for bad values that came from ATTN_
 // variables, and the variables that are meaningful when set but empty.
 #include "config/server_flags.h"
+#include "parse_captured.h"
 
 #include <gtest/gtest.h>
 
@@ -12,19 +13,6 @@
 
 namespace attn {
 namespace {
-
-// Runs ParseServerFlags on argv (argv[0] added) with stdout and stderr captured into `*out`.
-int ParseCaptured(std::vector<std::string> args, ServerConfig* c, std::string* out) {
-  args.insert(args.begin(), "attention-server");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int code = ParseServerFlags(static_cast<int>(argv.size()), argv.data(), c);
-  *out = testing::internal::GetCapturedStdout();
-  *out += testing::internal::GetCapturedStderr();
-  return code;
-}
 
 TEST(ServerFlagsHelp, IsGroupedAndListsEveryFlag) {
   ServerConfig c;
