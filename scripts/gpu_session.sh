@@ -7,6 +7,10 @@
 #           backends and the GPU KV cache (loadgen trace replay + generation sessions)
 #   serve   the bundled server with the fused backend replaying the Azure trace (verified)
 #   batch   issue-6 measurement: 64 concurrent decode streams, batching on vs off
+#           (BATCH_REPEATS runs, under batch/r<i>)
+#   path    issues 17/18: scripts/gpu_path_bench.sh (loadgen single-step and 64-step ExtendBatch
+#           message latency beside server and kernel time, TCP and Unix, 3 repeats, floors)
+#   decode  scripts/decode_bench.sh ${DECODE_ARGS:---quick} (kernel-level decode benchmark)
 #   auto    issue-4 auto: --calibrate, then auto vs the fastest backend on held-out Azure shapes
 #   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
 #   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
@@ -76,8 +80,25 @@ for step in $steps; do
       ;;
     batch)
       say "batch"
-      mkdir -p "$OUT/batch"
-      OUT="$OUT/batch" timeout 300 bash "$root/scripts/gpu_batching_bench.sh" 2>&1 | tail -n 80
+      for i in $(seq 1 "${BATCH_REPEATS:-1}"); do
+        mkdir -p "$OUT/batch/r$i"
+        OUT="$OUT/batch/r$i" timeout 300 bash "$root/scripts/gpu_batching_bench.sh" 2>&1 |
+          tail -n "${BATCH_TAIL:-80}"
+      done
+      ;;
+    path)
+      say "path"
+      mkdir -p "$OUT/path"
+      OUT="$OUT/path" timeout 400 bash "$root/scripts/gpu_path_bench.sh" 2>&1 | tail -n 40
+      ;;
+    decode)
+      say "decode"
+      mkdir -p "$OUT/decode"
+      # shellcheck disable=SC2086
+      OUT="$OUT/decode" timeout 300 bash "$root/scripts/decode_bench.sh" ${DECODE_ARGS:---quick} \
+        >"$OUT/decode/decode_bench.txt" 2>&1
+      echo "decode_bench exit $?" >>"$OUT/decode/decode_bench.txt"
+      tail -n 40 "$OUT/decode/decode_bench.txt"
       ;;
     auto)
       say "auto"
