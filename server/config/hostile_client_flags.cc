@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "config/memory_limit.h"
+
 namespace attn {
 
 void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
@@ -15,9 +17,13 @@ void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
                  "causal); more: RESOURCE_EXHAUSTED (0: unlimited)")
       ->check(CLI::Range(0.0, 1e21))
       ->capture_default_str();
+  // The default scales with the process's memory (config/memory_limit.h says why).
+  c->grpc_memory_bytes = DefaultGrpcMemoryBytes(ProcessMemoryLimit(), c->max_message_bytes);
   app.add_option("--grpc-memory-bytes", c->grpc_memory_bytes,
-                 "gRPC resource quota: memory the transport may use for buffers; 0 (gRPC's "
-                 "default, unbounded) or at least twice --max-message-bytes")
+                 "gRPC resource quota: memory the transport may use for buffers (default: a "
+                 "quarter of the memory of this host or container, at least 1 GiB); when "
+                 "exceeded gRPC cancels open calls; 0 (unbounded) or at least twice "
+                 "--max-message-bytes")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
       ->capture_default_str();
   app.add_option("--max-unsent-response-bytes", c->max_unsent_response_bytes,

@@ -70,7 +70,8 @@ struct ServerConfig {
   double max_cpu_score_pairs = 1073741824.0;  ///< cpu backend: query-key pairs per Attend call
   double max_gpu_flops = 2.5e14;              ///< GPU backends: FLOPs per Attend call
   /// gRPC ResourceQuota (transport buffers); 0 or >= 2 × max_message_bytes (a request larger
-  /// than the quota is reset by gRPC with RESOURCE_EXHAUSTED).
+  /// than the quota is reset by gRPC with RESOURCE_EXHAUSTED). The flag's default is computed
+  /// (DefaultGrpcMemoryBytes, config/memory_limit.h: a quarter of the process's memory).
   int64_t grpc_memory_bytes = int64_t{1} << 30;
   /// Memory answered Attend calls may hold while their clients do not take the response;
   /// above it the oldest such calls are cancelled.

@@ -7,6 +7,7 @@
 
 #include "common/cli_finite.h"
 #include "config/byte_size.h"
+#include "config/memory_limit.h"
 #include "config/flag_groups.h"
 #include "config/hostile_client_flags.h"
 #include "version.h"
@@ -302,6 +303,9 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   if (!on_command_line && EnvSetEmpty("metrics-address")) c->metrics_address.clear();
   if (app.count("--cudnn-warmup") == 0 && EnvSetEmpty("cudnn-warmup")) c->cudnn_warmup.clear();
   c->metrics_address_given = on_command_line;
+  if (app.count("--grpc-memory-bytes") == 0) {  // its default follows --max-message-bytes too
+    c->grpc_memory_bytes = DefaultGrpcMemoryBytes(ProcessMemoryLimit(), c->max_message_bytes);
+  }
   c->unix_socket_flags_given = app.count("--unix-socket-mode") + app.count("--unix-socket-owner") +
                                    app.count("--unix-socket-group") >
                                0;
