@@ -10,12 +10,14 @@
 # issue-6 ratio is taken on it. No output is verified here: the loadgen's float64 oracle runs inline in the
 # session, and with 1% verified one session's 4096-token prefill took 75 s (H200 run of
 # 2026-11-29), which the timing would include. scripts/gpu_sessions_check.sh verifies the path.
+# The 64 prefills (4096 tokens, ~50 MB each) arrive at once: --grpc-memory-bytes 16 GiB, above
+# them (with the 1 GiB default of builds before 2026-12-02 gRPC reset streams: device call 6).
 # Writes ${OUT:-out}/batching-{on,off}.{txt,json}, server logs and batching-summary.json.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
 mkdir -p "$out"
-b="$root/.bundle/attn/run.sh"
+b=${RUN:-$root/.bundle/attn/run.sh}  # RUN: a launcher taking the binary name first
 STREAMS=${STREAMS:-64}
 STEPS=${STEPS:-1024}
 # Modes: on (64 per batch, 2 batch threads), on1 (64 per batch, 1 batch thread), on4 (64 per
@@ -31,7 +33,7 @@ for mode in $MODES; do
   esac
   "$b" attention-server --listen 127.0.0.1:0 --port-file "$dir/port" --kv-device gpu \
     --kv-cache-bytes $((16 << 30)) --log-level info "${batch[@]}" \
-    --max-queue-requests 4096 2>"$out/batching-$mode-server.log" &
+    --grpc-memory-bytes $((16 << 30)) --max-queue-requests 4096 2>"$out/batching-$mode-server.log" &
   pid=$!
   for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
   # CPU time of the loadgen (its rusage as a child) and of the server (/proc, before the stop):

@@ -4,7 +4,7 @@
 # and attention-loadgen (C++), N=32 K=8 H=128 bf16, one layer, 4096-token context, per transport
 # (TCP loopback, Unix socket), each case REPEATS (3) times:
 #   stream1   one sequence decoding through ExtendStream (message p50/p99 = write of a request to
-#             read of its result), STEPS1 (400) steps;
+#             read of its result), STEPS1 (1000) steps;
 #   extend1   the same through unary Extend (decode step latency = one call);
 #   batch64   one worker decoding 64 sequences together through ExtendBatch (one call per step
 #             of all 64), STEPS64 (64) steps;
@@ -22,7 +22,7 @@ mkdir -p "$out"
 b=${RUN:-$root/.bundle/attn/run.sh}  # RUN: a launcher taking the binary name first
 KV_DEVICE=${KV_DEVICE:-gpu}
 REPEATS=${REPEATS:-3}
-STEPS1=${STEPS1:-400}
+STEPS1=${STEPS1:-1000}
 STEPS64=${STEPS64:-64}
 TRANSPORTS=${TRANSPORTS:-tcp unix}
 CASES=${CASES:-stream1 extend1 batch64}

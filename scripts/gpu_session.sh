@@ -10,6 +10,9 @@
 #           (BATCH_REPEATS runs, under batch/r<i>)
 #   path    issues 17/18: scripts/gpu_path_bench.sh (loadgen single-step and 64-step ExtendBatch
 #           message latency beside server and kernel time, TCP and Unix, 3 repeats, floors)
+#   compare issue 17: path + batch benchmarks of .carry/bundle-before.txz vs .carry/bundle.txz,
+#           interleaved, COMPARE_ROUNDS (3) rounds, medians side by side (COMPARE_PARTS:
+#           "path batch")
 #   decode  scripts/decode_bench.sh ${DECODE_ARGS:---quick} (kernel-level decode benchmark)
 #   auto    issue-4 auto: --calibrate, then auto vs the fastest backend on held-out Azure shapes
 #   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
@@ -42,6 +45,11 @@ if [ -f "$root/.carry/bundle.txz" ]; then  # xz through Python's tarfile: no xz 
   rm -rf "$root/.bundle" && mkdir -p "$root/.bundle" &&
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$root/.carry/bundle.txz" "$root/.bundle"
+fi
+if [ -f "$root/.carry/bundle-before.txz" ]; then  # a second bundle, for the compare step
+  rm -rf "$root/.bundle-before" && mkdir -p "$root/.bundle-before" &&
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$root/.carry/bundle-before.txz" "$root/.bundle-before"
 fi
 # cuDNN: the binaries find PyTorch's 9.19 (/opt/torch/.venv) themselves (cudnn_library.h);
 # no LD_LIBRARY_PATH. The log line of each server says which file it loaded and why.
@@ -90,6 +98,29 @@ for step in $steps; do
       say "path"
       mkdir -p "$OUT/path"
       OUT="$OUT/path" timeout 400 bash "$root/scripts/gpu_path_bench.sh" 2>&1 | tail -n 40
+      ;;
+    compare)
+      # Issue 17's "no slower": the request-path and batching benchmarks of two bundles
+      # (.carry/bundle-before.txz and .carry/bundle.txz) interleaved, COMPARE_ROUNDS (3) rounds,
+      # then the medians side by side (scripts/compare_path.py).
+      say "compare"
+      for i in $(seq 1 "${COMPARE_ROUNDS:-3}"); do
+        for side in before after; do
+          if [ $side = before ]; then b="$root/.bundle-before/attn"; else b="$root/.bundle/attn"; fi
+          mkdir -p "$OUT/compare/$side/path-r$i" "$OUT/compare/$side/batch-r$i"
+          case " ${COMPARE_PARTS:-path batch} " in *" path "*)
+            RUN="$b/run.sh" REPEATS=1 OUT="$OUT/compare/$side/path-r$i" timeout 200 \
+              bash "$root/scripts/gpu_path_bench.sh" >"$OUT/compare/$side/path-r$i.txt" 2>&1 ;;
+          esac
+          case " ${COMPARE_PARTS:-path batch} " in *" batch "*)
+            RUN="$b/run.sh" MODES="${COMPARE_MODES:-on off}" OUT="$OUT/compare/$side/batch-r$i" \
+              timeout 200 bash "$root/scripts/gpu_batching_bench.sh" \
+              >"$OUT/compare/$side/batch-r$i.txt" 2>&1 ;;
+          esac
+          echo "compare round $i $side: done"
+        done
+      done
+      python3 "$root/scripts/compare_path.py" "$OUT/compare" | tee "$OUT/compare/compare.txt"
       ;;
     decode)
       say "decode"
