@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/cli_finite.h"
+#include "attn/common/cli_finite.h"
 #include "config/byte_size.h"
 #include "config/flag_groups.h"
 #include "config/hostile_client_flags.h"
