@@ -25,15 +25,15 @@
 #include "common/logging.h"
 #include "common/unix_socket.h"
 #include "config/server_flags.h"
+#include "grpc/health/v1/health.pb.h"
+#include "health/health_fanout.h"
+#include "health/health_listener.h"
 #include "kv_cache/kv_runtime.h"
 #include "kv_cache/sequence_id.h"
 #include "kv_cache/sequence_store.h"
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
 #include "metrics/shadow_checker.h"
-#include "grpc/health/v1/health.pb.h"
-#include "health/health_fanout.h"
-#include "health/health_listener.h"
 #include "security/server_security.h"
 #include "service/attention_service.h"
 #include "service/load_report.h"
@@ -58,9 +58,10 @@ int CheckUnixSocketFlags(const attn::ServerConfig& config, bool unix_socket, mod
     }
     *socket_mode = *mode;
   } else if (config.unix_socket_flags_given) {
-    spdlog::critical("--unix-socket-mode/-owner/-group apply only to --listen unix:PATH (got "
-                     "--listen {})",
-                     config.listen_address);
+    spdlog::critical(
+        "--unix-socket-mode/-owner/-group apply only to --listen unix:PATH (got "
+        "--listen {})",
+        config.listen_address);
     return 2;
   }
   return kContinue;
@@ -150,8 +151,8 @@ int StartHealth(const attn::ServerConfig& config, grpc::Server* server,
     spdlog::info("health listener: {} port {} (plaintext, grpc.health.v1 only)",
                  config.health_address, (*health_listener)->port());
   }
-  *health_fanout = std::make_unique<attn::health::HealthFanout>(
-      std::vector<grpc::HealthCheckServiceInterface*>{
+  *health_fanout =
+      std::make_unique<attn::health::HealthFanout>(std::vector<grpc::HealthCheckServiceInterface*>{
           server->GetHealthCheckService(),
           *health_listener ? (*health_listener)->health() : nullptr});
   auto* health = health_fanout->get();
@@ -184,9 +185,9 @@ int WritePortFile(const attn::ServerConfig& config, bool unix_socket, int port,
   return kContinue;
 }
 
-// Serving with what Run built (`plan`: the Unix socket mode checked): the sequence service, metrics, the Attend service, GetLoad, the
-// main and health listeners, the port file; then waits for SIGTERM/SIGINT (SIGHUP reloads the
-// tokens) and drains. Returns the process exit code.
+// Serving with what Run built (`plan`: the Unix socket mode checked): the sequence service,
+// metrics, the Attend service, GetLoad, the main and health listeners, the port file; then waits
+// for SIGTERM/SIGINT (SIGHUP reloads the tokens) and drains. Returns the process exit code.
 int Serve(const attn::ServerConfig& config, const sigset_t& signals,
           const attn::security::ServerSecurity& security, attn::BuiltBackends* built,
           attn::KvRuntime* kv, attn::WorkerPool* workers, int threads,
@@ -200,8 +201,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.threads = config.batch_threads > 0 ? config.batch_threads : threads;
   step_batching.max_queued = config.max_queue_requests;
   step_batching.name = "sequence step";
-  attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers,
-                                             step_batching);
+  attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
   AddKvFacts(*kv, built);
 
   std::unique_ptr<grpc::Server> server;
@@ -222,8 +222,8 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   metrics.SetDevicePeaks(peaks.first, peaks.second);
   if (int code = ServeMetrics(config, &metrics); code != kContinue) return code;
   attn::metrics::ShadowChecker shadow({config.shadow_check_fraction}, &metrics);
-  attn::AttentionServiceImpl service(config, built->registry.get(), workers, built->facts,
-                                     on_fault, &metrics, &shadow);
+  attn::AttentionServiceImpl service(config, built->registry.get(), workers, built->facts, on_fault,
+                                     &metrics, &shadow);
   auto queued = [workers, &service, &sequence_service] {
     return static_cast<int64_t>(workers->queued()) + service.queued_requests() +
            sequence_service.queued_requests();
@@ -255,9 +255,10 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   (void)grpc::health::v1::HealthCheckResponse::descriptor();
   plan.requested_port = unix_socket ? 0 : attn::startup::ListenPort(config.listen_address);
   if (plan.requested_port < 0) {
-    spdlog::critical("--listen: expected host:port with port in [0, 65535] or unix:PATH, got "
-                     "\"{}\"",
-                     config.listen_address);
+    spdlog::critical(
+        "--listen: expected host:port with port in [0, 65535] or unix:PATH, got "
+        "\"{}\"",
+        config.listen_address);
     return 2;
   }
   if (unix_socket) {
@@ -275,8 +276,8 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   sequence_service.SetMetrics(&metrics);
   int port = 0;
   int code = 0;
-  server = attn::startup::StartMainListener(config, security, plan,
-                                            {&service, &sequence_service}, &port, &code);
+  server = attn::startup::StartMainListener(config, security, plan, {&service, &sequence_service},
+                                            &port, &code);
   if (!server) return code;
   if (code = StartHealth(config, server.get(), &health_listener, &health_fanout);
       code != kContinue) {
@@ -295,10 +296,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
     // An identity left without a token loses its open streams and its sequences now.
     sequence_service.RevokeIdentities(attn::security::ReloadTokens(security.authenticator.get()));
   }
-  attn::startup::DrainOrExit(config,
-                             {&service, &sequence_service, &sequences, &load, health_fanout.get(),
-                              faulted.load()},
-                             sig, plan.socket_path);
+  attn::startup::DrainOrExit(
+      config, {&service, &sequence_service, &sequences, &load, health_fanout.get(), faulted.load()},
+      sig, plan.socket_path);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   workers->Stop();
   server->Wait();

@@ -23,12 +23,14 @@ Status SetUpAutoCalibration(const ServerConfig& config, BuiltBackends* built) {
     if (b->available() && b->name() != "cpu") ++candidates;
   }
   if (candidates < 2) {
-    spdlog::info("auto: {} GPU backend(s) available, nothing to choose between: calibration "
-                 "skipped, static order kept", candidates);
+    spdlog::info(
+        "auto: {} GPU backend(s) available, nothing to choose between: calibration "
+        "skipped, static order kept",
+        candidates);
     return Status::Ok();
   }
-  const std::string key = CalibrationDeviceKey(built->facts.device_name,
-                                               built->facts.cuda_driver_version, kAttnBuild);
+  const std::string key =
+      CalibrationDeviceKey(built->facts.device_name, built->facts.cuda_driver_version, kAttnBuild);
   if (!config.calibrate) {
     auto t = LoadCalibration(config.calibration_file, key);
     if (!t.ok()) {
@@ -42,8 +44,8 @@ Status SetUpAutoCalibration(const ServerConfig& config, BuiltBackends* built) {
   }
   CalibrationOptions opt;
   opt.reps = config.calibration_reps;
-  spdlog::info("auto: calibrating {} buckets (--calibration-reps={})",
-               GridShapes(opt.grid).size(), opt.reps);
+  spdlog::info("auto: calibrating {} buckets (--calibration-reps={})", GridShapes(opt.grid).size(),
+               opt.reps);
   auto t = RunCalibration(built->registry->All(), opt, key);
   if (!t.ok()) return t.status();
   if (!config.calibration_file.empty()) {

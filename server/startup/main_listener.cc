@@ -109,8 +109,8 @@ std::unique_ptr<grpc::Server> StartMainListener(const ServerConfig& config,
     return nullptr;
   }
   if (unix_socket) {
-    if (auto s = ApplyUnixSocketAccess(plan.socket_path, plan.socket_mode,
-                                       config.unix_socket_owner, config.unix_socket_group);
+    if (auto s = ApplyUnixSocketAccess(plan.socket_path, plan.socket_mode, config.unix_socket_owner,
+                                       config.unix_socket_group);
         !s.ok()) {
       spdlog::critical("{}", s.ToString());
       server->Shutdown(std::chrono::system_clock::now());

@@ -24,7 +24,7 @@ int ListenPort(const std::string& address);
 struct ListenerPlan {
   std::string socket_path;  ///< unix:PATH's path; empty for host:port
   mode_t socket_mode = 0660;
-  int requested_port = 0;  ///< ListenPort(--listen); 0 for a Unix socket or port 0
+  int requested_port = 0;       ///< ListenPort(--listen); 0 for a Unix socket or port 0
   std::string replica_tag_hex;  ///< x-attn-replica-tag (service/replica_tag_header.h)
 };
 
