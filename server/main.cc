@@ -96,6 +96,25 @@ std::vector<std::string> MetricsBackendNames(const attn::BackendRegistry& regist
   return names;
 }
 
+// attn_build_info's inputs: the device, the available backends and the configuration.
+attn::metrics::BuildInfo BuildInfoOf(const attn::ServerConfig& config,
+                                     const attn::BuiltBackends& built, int threads) {
+  attn::metrics::BuildInfo info;
+  info.device = built.facts.device_name;
+  info.compute_capability = built.facts.compute_capability;
+  for (attn::Backend* b : built.registry->All()) {
+    if (!b->available()) continue;
+    info.backends += (info.backends.empty() ? "" : ",") + b->name();
+  }
+  info.default_backend = config.default_backend;
+  info.worker_threads = threads;
+  info.max_queue_requests = config.max_queue_requests;
+  info.max_message_bytes = config.max_message_bytes;
+  info.gpu_memory_fraction = config.gpu_memory_fraction;
+  info.shadow_check_fraction = config.shadow_check_fraction;
+  return info;
+}
+
 // Metrics (DESIGN.md §9): always recorded; served on --metrics-address unless it is empty.
 int ServeMetrics(const attn::ServerConfig& config, attn::metrics::Metrics* metrics) {
   if (config.metrics_address.empty()) return kContinue;
@@ -217,7 +236,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   };
   attn::metrics::Metrics metrics(
       MetricsBackendNames(*built->registry, *kv),
-      attn::metrics::BuildInfoLabels(config, built->facts, *built->registry, threads));
+      attn::metrics::BuildInfoLabels(BuildInfoOf(config, *built, threads)));
   const auto peaks = attn::metrics::DevicePeaks(built->facts.device_name);
   metrics.SetDevicePeaks(peaks.first, peaks.second);
   if (int code = ServeMetrics(config, &metrics); code != kContinue) return code;
