@@ -11,7 +11,7 @@ Fails (exit 1, one line per problem) when:
   ports in ATTN_LISTEN / ATTN_HEALTH_ADDRESS / ATTN_METRICS_ADDRESS;
 - the Deployment does not ask for one nvidia.com/gpu on nvidia-l4 nodes with a toleration, or
   its securityContext is not non-root / read-only / no escalation / drop ALL;
-- an HPA metric is not a gauge the server exports (server/metrics/metrics.cc), or the HPA
+- an HPA metric is not a gauge the server exports (server/metrics/*.cc), or the HPA
   does not scale on both attn_requests_queued and attn_kv_used_ratio;
 - the ConfigMap sets no connection age or grace, or deploy/prometheus/alerts.yml lacks an
   alert or its queue threshold is not a share of ATTN_MAX_QUEUE_REQUESTS;
@@ -19,6 +19,7 @@ Fails (exit 1, one line per problem) when:
 - the terraform lacks the L4 pool with driver LATEST or Managed Prometheus.
 """
 import json
+import os
 import re
 import subprocess
 import sys
@@ -100,7 +101,13 @@ except jsonschema.ValidationError as e:
 check(all(e["port"] == "metrics" for e in pm["spec"]["endpoints"]), "PodMonitoring port")
 
 hpa = by_kind["HorizontalPodAutoscaler"][0]
-gauges = set(re.findall(r'GaugeFamily\("(\w+)"', open(f"{root}/server/metrics/metrics.cc").read()))
+# The scrape-time gauges are built in server/metrics/scrape_collector.cc; every metrics source
+# is read so that moving them between files keeps this check honest.
+gauges = set()
+for name in sorted(os.listdir(f"{root}/server/metrics")):
+    if name.endswith(".cc"):
+        with open(f"{root}/server/metrics/{name}") as src:
+            gauges |= set(re.findall(r'GaugeFamily\("(\w+)"', src.read()))
 scaled_on = set()
 for spec in hpa["spec"]["metrics"]:
     metric = spec["pods"]["metric"]["name"]

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/cli_finite.h"
+#include "attn/common/cli_finite.h"
 #include "loadgen/dtype_codec.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/report.h"

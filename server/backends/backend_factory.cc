@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backends/calibration_setup.h"
 #include "backends/cpu_backend.h"
 #include "backends/cudnn_setup.h"
 #include "backends/unavailable_backend.h"

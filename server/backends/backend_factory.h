@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "backends/backend_registry.h"
+#include "backends/server_facts.h"
 #include "config/server_config.h"
-#include "service/attention_service.h"
 
 namespace attn {
 

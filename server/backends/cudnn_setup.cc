@@ -2,10 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/calibration_runner.h"
+#include "attention/v1/attention.pb.h"
+#include "backends/calibration_setup.h"
 #include "backends/cudnn_warmup.h"
 #include "backends/unavailable_backend.h"
-#include "version.h"
 #if defined(ATTN_HAVE_CUDA)
 #include "backends/fp8_backend.h"
 #include "backends/gpu_context.h"
@@ -17,26 +17,6 @@
 #endif
 
 namespace attn {
-namespace {
-
-void FillCalibration(const CalibrationTable* t, attention::v1::GetServerInfoResponse* r) {
-  if (t == nullptr) return;
-  for (const auto& [bucket, samples] : t->samples) {
-    auto* e = r->add_auto_calibration();
-    e->set_bucket(bucket);
-    auto c = t->choice.find(bucket);
-    if (c != t->choice.end()) e->set_backend(c->second);
-    for (const CalibrationSample& s : samples) {
-      auto* p = e->add_samples();
-      p->set_backend(s.backend);
-      p->set_parity_ok(s.parity_ok);
-      p->set_median_us(s.median_us);
-      p->set_note(s.note);
-    }
-  }
-}
-
-}  // namespace
 
 void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuContext> gpu,
                             const std::string& why, BuiltBackends* built) {
@@ -73,7 +53,7 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
   reg->Add(std::make_unique<Fp8Backend>(gpu, cudnn, cudnn_why), /*auto_rank=*/-1);
   kernels::CudnnAttention* cd = cudnn.get();
   built->facts.backend_info = [creg, cd, hold = cudnn](attention::v1::GetServerInfoResponse* r) {
-    FillCalibration(creg->calibration(), r);
+    FillCalibrationInfo(creg->calibration(), r);
     if (cd == nullptr) return;
     const kernels::CudnnCounters k = cd->counters();
     auto* c = r->mutable_cudnn_cache();
@@ -109,50 +89,9 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
            /*auto_rank=*/-1);
 #endif
   built->facts.backend_info = [creg](attention::v1::GetServerInfoResponse* r) {
-    FillCalibration(creg->calibration(), r);
+    FillCalibrationInfo(creg->calibration(), r);
   };
 #endif
-}
-
-Status SetUpAutoCalibration(const ServerConfig& config, BuiltBackends* built) {
-  // A bad --cudnn-warmup is a startup error in every build (not only where cuDNN is used).
-  auto warm = ParseCudnnWarmup(config.cudnn_warmup);
-  if (!warm.ok()) return warm.status();
-  if (!config.calibrate && config.calibration_file.empty()) return Status::Ok();
-  int candidates = 0;
-  for (Backend* b : built->registry->All()) {
-    if (b->available() && b->name() != "cpu") ++candidates;
-  }
-  if (candidates < 2) {
-    spdlog::info("auto: {} GPU backend(s) available, nothing to choose between: calibration "
-                 "skipped, static order kept", candidates);
-    return Status::Ok();
-  }
-  const std::string key = CalibrationDeviceKey(built->facts.device_name,
-                                               built->facts.cuda_driver_version, kAttnBuild);
-  if (!config.calibrate) {
-    auto t = LoadCalibration(config.calibration_file, key);
-    if (!t.ok()) {
-      spdlog::warn("auto keeps its static order: {}", t.status().message());
-      return Status::Ok();
-    }
-    spdlog::info("auto: calibration table loaded from {} ({} buckets)", config.calibration_file,
-                 t->choice.size());
-    built->registry->SetCalibration(std::make_shared<CalibrationTable>(std::move(*t)));
-    return Status::Ok();
-  }
-  CalibrationOptions opt;
-  opt.reps = config.calibration_reps;
-  spdlog::info("auto: calibrating {} buckets (--calibration-reps={})",
-               GridShapes(opt.grid).size(), opt.reps);
-  auto t = RunCalibration(built->registry->All(), opt, key);
-  if (!t.ok()) return t.status();
-  if (!config.calibration_file.empty()) {
-    Status s = SaveCalibration(config.calibration_file, *t);
-    if (!s.ok()) spdlog::warn("calibration not saved: {}", s.message());
-  }
-  built->registry->SetCalibration(std::make_shared<CalibrationTable>(std::move(*t)));
-  return Status::Ok();
 }
 
 }  // namespace attn

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/cli_finite.h"
+#include "attn/common/cli_finite.h"
 #include "config/byte_size.h"
 #include "config/memory_limit.h"
 #include "config/flag_groups.h"
@@ -66,9 +66,9 @@ std::string EnvSourceOf(CLI::App& app, int argc, char** argv, const std::string&
   return "environment variable " + env + "=" + std::getenv(env.c_str()) + " (for --" + best + ")";
 }
 
-}  // namespace
-
-void AddServerFlags(CLI::App& app, ServerConfig* c) {
+// --version, the listen address (TCP or Unix socket), the port file, the default backend and
+// the largest message.
+void AddListenFlags(CLI::App& app, ServerConfig* c) {
   // Second line: the build (compiled backends, CUDA archs, cuDNN headers), readable without a
   // GPU; tests/deploy/image_build_test.sh checks it.
   app.set_version_flag("--version", std::string(kAttnVersion) + "\nbuild: " + kAttnBuild);
@@ -96,6 +96,10 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "\"Received message larger than max\")")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
       ->capture_default_str();
+}
+
+// Worker threads, the cpu backend's threads, the queue and the batching knobs (DESIGN.md §8).
+void AddWorkerAndBatchingFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--threads", c->worker_threads, "worker threads (0: hardware concurrency)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
@@ -125,6 +129,10 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "0: --threads")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+}
+
+// Logging, the CUDA device, cuDNN, auto's calibration and the device memory.
+void AddLoggingAndDeviceFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--log-level", c->log_level, "trace, debug, info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
@@ -162,6 +170,10 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "cap on one naive call's score workspace, bytes (bigger problems are chunked)")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 42))
       ->capture_default_str();
+}
+
+// Drain, the replica's address and tag, metrics and shadow checking.
+void AddLifecycleAndMetricsFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--drain-timeout-s", c->drain_timeout_s,
                  "on SIGTERM/SIGINT, seconds to wait for in-flight calls")
       ->check(CLI::Range(0.0, 3600.0))
@@ -205,6 +217,10 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "share of Attend calls recomputed on the cpu reference off the hot path")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+}
+
+// The paged KV cache (SequenceService) and the hidden test-only fault injection.
+void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--kv-cache-bytes", c->kv_cache_bytes,
                  "memory for paged KV cache pages (SequenceService), bytes: host memory, or "
                  "carved from the GPU pool when --kv-device is gpu")
@@ -248,7 +264,11 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "tests: inject a device fault from the Nth backend Execute on (0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
       ->group("");
-  // Security (server/security/).
+}
+
+// Security (server/security/): TLS, the health-only listener, tokens, per-identity and
+// per-request limits.
+void AddSecurityFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--tls-cert", c->tls_cert_file,
                  "PEM certificate chain: serve --listen over TLS (with --tls-key)");
   app.add_option("--tls-key", c->tls_key_file, "PEM private key of --tls-cert");
@@ -272,6 +292,18 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
                  "elements summed over every tensor of one request (0: unlimited)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
       ->capture_default_str();
+}
+
+}  // namespace
+
+void AddServerFlags(CLI::App& app, ServerConfig* c) {
+  // In this order (the order of --help within each group).
+  AddListenFlags(app, c);
+  AddWorkerAndBatchingFlags(app, c);
+  AddLoggingAndDeviceFlags(app, c);
+  AddLifecycleAndMetricsFlags(app, c);
+  AddKvCacheFlags(app, c);
+  AddSecurityFlags(app, c);
   AddHostileClientFlags(app, c);
   AcceptByteSuffixes(app);
   // Every flag can also come from the environment: --kv-cache-bytes from ATTN_KV_CACHE_BYTES

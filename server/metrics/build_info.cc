@@ -29,29 +29,21 @@ std::string CudaDriverVersion() {
   return "none";
 }
 
-std::vector<std::pair<std::string, std::string>> BuildInfoLabels(const ServerConfig& config,
-                                                                 const ServerFacts& facts,
-                                                                 const BackendRegistry& registry,
-                                                                 int worker_threads) {
-  std::string backends;
-  for (Backend* b : registry.All()) {
-    if (!b->available()) continue;
-    backends += (backends.empty() ? "" : ",") + b->name();
-  }
+std::vector<std::pair<std::string, std::string>> BuildInfoLabels(const BuildInfo& info) {
   return {
       {"version", kAttnVersion},
       {"build", kAttnBuild},
-      {"device", facts.device_name},
-      {"compute_capability", facts.compute_capability.empty() ? "none" : facts.compute_capability},
+      {"device", info.device},
+      {"compute_capability", info.compute_capability.empty() ? "none" : info.compute_capability},
       {"driver", CudaDriverVersion()},
       {"cudnn", "none"},
-      {"backends", backends},
-      {"default_backend", config.default_backend},
-      {"worker_threads", std::to_string(worker_threads)},
-      {"max_queue_requests", std::to_string(config.max_queue_requests)},
-      {"max_message_bytes", std::to_string(config.max_message_bytes)},
-      {"gpu_memory_fraction", Num(config.gpu_memory_fraction)},
-      {"shadow_check_fraction", Num(config.shadow_check_fraction)},
+      {"backends", info.backends},
+      {"default_backend", info.default_backend},
+      {"worker_threads", std::to_string(info.worker_threads)},
+      {"max_queue_requests", std::to_string(info.max_queue_requests)},
+      {"max_message_bytes", std::to_string(info.max_message_bytes)},
+      {"gpu_memory_fraction", Num(info.gpu_memory_fraction)},
+      {"shadow_check_fraction", Num(info.shadow_check_fraction)},
   };
 }
 

@@ -15,264 +15,9 @@
 #include <exception>
 
 #include "metrics/metrics_http_server.h"
+#include "metrics/scrape_collector.h"
 
 namespace attn::metrics {
-namespace {
-
-// steps × 10^e for e in [lo_exp, hi_exp], up to 10^hi_exp; parsed from decimal text so that
-// the `le` labels print as written (2.5e-05, not 2.5000000000000001e-05).
-std::vector<double> Decades(int lo_exp, int hi_exp, std::initializer_list<const char*> steps) {
-  std::vector<double> b;
-  for (int e = lo_exp; e <= hi_exp; ++e) {
-    for (const char* s : steps) {
-      const double v = std::strtod((std::string(s) + "e" + std::to_string(e)).c_str(), nullptr);
-      if (e < hi_exp || std::string(s) == "1") b.push_back(v);
-    }
-  }
-  return b;
-}
-
-std::vector<double> Powers(double base, int n) {
-  std::vector<double> b;
-  double v = 1;
-  for (int i = 0; i <= n; ++i, v *= base) b.push_back(v);
-  return b;
-}
-
-prometheus::ClientMetric GaugeValue(double v, std::vector<prometheus::ClientMetric::Label> l = {}) {
-  prometheus::ClientMetric m;
-  m.label = std::move(l);
-  m.gauge.value = v;
-  return m;
-}
-
-prometheus::MetricFamily GaugeFamily(const char* name, const char* help) {
-  prometheus::MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = prometheus::MetricType::Gauge;
-  return f;
-}
-
-}  // namespace
-
-const char* MethodName(Method m) {
-  static constexpr const char* kNames[kNumMethods] = {
-      "Attend",          "GetServerInfo",    "GetLoad",      "CreateSequence",
-      "Extend",          "ExtendBatch",      "ExtendStream", "TruncateSequence",
-      "ForkSequence",    "ReleaseSequence",  "GetSequence"};
-  const int i = static_cast<int>(m);
-  return i >= 0 && i < kNumMethods ? kNames[i] : "unknown";
-}
-
-const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kDecode:
-      return "decode";
-    case Phase::kQueue:
-      return "queue";
-    case Phase::kHostToDevice:
-      return "host_to_device";
-    case Phase::kKernel:
-      return "kernel";
-    case Phase::kDeviceToHost:
-      return "device_to_host";
-    case Phase::kEncode:
-      return "encode";
-  }
-  return "unknown";
-}
-
-const char* CodeName(int code) {
-  static const char* const kNames[kNumCodes] = {"OK",
-                                                "CANCELLED",
-                                                "UNKNOWN",
-                                                "INVALID_ARGUMENT",
-                                                "DEADLINE_EXCEEDED",
-                                                "NOT_FOUND",
-                                                "ALREADY_EXISTS",
-                                                "PERMISSION_DENIED",
-                                                "RESOURCE_EXHAUSTED",
-                                                "FAILED_PRECONDITION",
-                                                "ABORTED",
-                                                "OUT_OF_RANGE",
-                                                "UNIMPLEMENTED",
-                                                "INTERNAL",
-                                                "UNAVAILABLE",
-                                                "DATA_LOSS",
-                                                "UNAUTHENTICATED"};
-  return code >= 0 && code < kNumCodes ? kNames[code] : "UNKNOWN";
-}
-
-std::vector<double> RequestDurationBuckets() {
-  auto b = Decades(-5, 1, {"1", "2.5", "5"});
-  b.push_back(30);
-  b.push_back(60);
-  return b;
-}
-std::vector<double> PhaseDurationBuckets() {
-  auto b = Decades(-6, 1, {"1", "2.5", "5"});
-  b.push_back(30);
-  b.push_back(60);
-  return b;
-}
-std::vector<double> BatchSizeBuckets() { return Powers(2, 10); }
-std::vector<double> BatchTokenBuckets() { return Powers(4, 12); }
-std::vector<double> FlopsPerSecondBuckets() { return Decades(8, 16, {"1", "2.5", "5"}); }
-std::vector<double> BytesPerSecondBuckets() { return Decades(7, 14, {"1", "2.5", "5"}); }
-std::vector<double> RelativeErrorBuckets() { return Decades(-7, 0, {"1", "2", "5"}); }
-
-std::pair<double, double> DevicePeaks(const std::string& name) {
-  auto has = [&name](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H200")) return {989e12, 4.8e12};
-  if (has("H100") && has("PCIe")) return {756e12, 2.0e12};
-  if (has("H100")) return {989e12, 3.35e12};
-  if (has("A100")) return {312e12, 2.039e12};
-  if (has("L40S")) return {362e12, 864e9};
-  if (has("L4")) return {121e12, 300e9};
-  return {0, 0};
-}
-
-double MinBytesMoved(int64_t q_elements, int64_t kv_elements, int dtype_bytes,
-                     int64_t lse_elements) {
-  return (2.0 * static_cast<double>(q_elements) + 2.0 * static_cast<double>(kv_elements)) *
-             dtype_bytes +
-         4.0 * static_cast<double>(lse_elements);
-}
-
-// ---- scrape-time gauges ----
-
-class Metrics::ScrapeCollector final : public prometheus::Collectable {
- public:
-  int Add(Source s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sources_.emplace(next_id_, std::move(s));
-    return next_id_++;
-  }
-  void Remove(int id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sources_.erase(id);
-  }
-  void SetPeaks(double flops, double bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    peak_flops_ = flops;
-    peak_bytes_ = bytes;
-  }
-
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    auto in_flight = GaugeFamily("attn_requests_in_flight",
-                                 "Calls received and not yet finished (queued or running).");
-    auto queued = GaugeFamily("attn_requests_queued", "Calls waiting for a worker thread.");
-    auto pool_cap = GaugeFamily("attn_device_pool_capacity_bytes",
-                                "Device memory pool reserved at start; without a GPU, the host memory "
-                                "reserved for the KV cache (--kv-cache-bytes).");
-    auto pool_used =
-        GaugeFamily("attn_device_pool_used_bytes", "Device memory pool bytes currently allocated.");
-    auto peak_flops =
-        GaugeFamily("attn_device_peak_flops_per_second",
-                    "Datasheet dense bf16/fp16 tensor peak of the device (0: unknown or cpu).");
-    auto peak_bytes = GaugeFamily("attn_device_peak_bytes_per_second",
-                                  "Datasheet memory bandwidth of the device (0: unknown or cpu).");
-    auto kv_cap = GaugeFamily("attn_kv_capacity_pages", "KV-cache pages per layout class.");
-    auto kv_used = GaugeFamily("attn_kv_used_pages", "KV-cache pages in use per layout class.");
-    auto kv_ratio = GaugeFamily("attn_kv_used_ratio",
-                                "KV-cache pages in use over pages in total, all layout classes "
-                                "(0 when there are none).");
-    auto kv_seq = GaugeFamily("attn_kv_sequences", "Live sequences in the KV cache.");
-    auto kv_revoked = GaugeFamily("attn_kv_sequences_revoked_total",
-                                  "Sequences released because their owner's last token was "
-                                  "revoked (token file reloaded by SIGHUP).");
-    kv_revoked.type = prometheus::MetricType::Counter;
-    auto kv_host_used = GaugeFamily("attn_kv_host_used_bytes",
-                                    "Host memory of the KV cache outside its pages, by kind "
-                                    "(replay_outputs, sequence_metadata).");
-    auto kv_host_cap = GaugeFamily("attn_kv_host_capacity_bytes",
-                                   "Host-memory budget of the KV cache by kind "
-                                   "(--replay-cache-bytes, --sequence-metadata-bytes).");
-    std::lock_guard<std::mutex> lock(mu_);
-    peak_flops.metric.push_back(GaugeValue(peak_flops_));
-    peak_bytes.metric.push_back(GaugeValue(peak_bytes_));
-    bool any_kv = false;
-    int64_t sequences = 0, revoked = 0;
-    std::map<std::string, std::pair<int64_t, int64_t>> classes;
-    std::map<std::string, std::pair<int64_t, int64_t>> host;  // kind -> (used, capacity)
-    int64_t in_flight_sum = 0, queued_sum = 0, cap_sum = 0, used_sum = 0;
-    bool any_requests = false, any_pool = false;
-    for (const auto& [id, s] : sources_) {
-      if (s.in_flight) {
-        any_requests = true;
-        in_flight_sum += s.in_flight();
-        queued_sum += s.queued ? s.queued() : 0;
-      }
-      if (s.pool) {
-        any_pool = true;
-        auto [cap, used] = s.pool();
-        cap_sum += cap;
-        used_sum += used;
-      }
-      if (s.kv) {
-        any_kv = true;
-        KvCacheStats st = s.kv();
-        sequences += st.sequences;
-        revoked += st.revoked_sequences;
-        for (const auto& c : st.classes) {
-          auto& e = classes[c.layout_class];
-          e.first += c.capacity_pages;
-          e.second += c.used_pages;
-        }
-        for (const auto& h : st.host) {
-          auto& e = host[h.kind];
-          e.first += h.used_bytes;
-          e.second += h.capacity_bytes;
-        }
-      }
-    }
-    if (any_requests) {
-      in_flight.metric.push_back(GaugeValue(static_cast<double>(in_flight_sum)));
-      queued.metric.push_back(GaugeValue(static_cast<double>(queued_sum)));
-    }
-    if (any_pool) {
-      pool_cap.metric.push_back(GaugeValue(static_cast<double>(cap_sum)));
-      pool_used.metric.push_back(GaugeValue(static_cast<double>(used_sum)));
-    }
-    if (any_kv) {
-      kv_seq.metric.push_back(GaugeValue(static_cast<double>(sequences)));
-      int64_t cap_pages = 0, used_pages = 0;
-      for (const auto& [name, v] : classes) {
-        cap_pages += v.first;
-        used_pages += v.second;
-      }
-      kv_ratio.metric.push_back(GaugeValue(
-          cap_pages > 0 ? static_cast<double>(used_pages) / static_cast<double>(cap_pages) : 0));
-      prometheus::ClientMetric revoked_value;
-      revoked_value.counter.value = static_cast<double>(revoked);
-      kv_revoked.metric.push_back(std::move(revoked_value));
-      for (const auto& [name, v] : classes) {
-        kv_cap.metric.push_back(GaugeValue(static_cast<double>(v.first), {{"layout_class", name}}));
-        kv_used.metric.push_back(
-            GaugeValue(static_cast<double>(v.second), {{"layout_class", name}}));
-      }
-      for (const auto& [kind, v] : host) {
-        kv_host_used.metric.push_back(GaugeValue(static_cast<double>(v.first), {{"kind", kind}}));
-        kv_host_cap.metric.push_back(GaugeValue(static_cast<double>(v.second), {{"kind", kind}}));
-      }
-    }
-    std::vector<prometheus::MetricFamily> out;
-    for (auto* f : {&in_flight, &queued, &pool_cap, &pool_used, &peak_flops, &peak_bytes, &kv_cap,
-                    &kv_used, &kv_ratio, &kv_seq, &kv_revoked, &kv_host_used, &kv_host_cap}) {
-      out.push_back(std::move(*f));
-    }
-    return out;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::map<int, Source> sources_;
-  int next_id_ = 1;
-  double peak_flops_ = 0;
-  double peak_bytes_ = 0;
-};
-
 Registration& Registration::operator=(Registration&& o) noexcept {
   if (this != &o) {
     Reset();
@@ -289,6 +34,56 @@ void Registration::Reset() {
   owner_ = nullptr;
   id_ = -1;
 }
+
+namespace {
+
+// attn_sequence_steps_total{method,result}, attn_sequence_step_duration_seconds{method} and
+// attn_sequence_batch_size_steps: their children, one per step method.
+template <size_t N>
+void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Counter*, N>* ok,
+                          std::array<prometheus::Counter*, N>* error,
+                          std::array<prometheus::Histogram*, N>* duration,
+                          prometheus::Histogram** batch_size) {
+  auto& steps = prometheus::BuildCounter()
+                    .Name("attn_sequence_steps_total")
+                    .Help(
+                        "Sequence steps that ended (an Extend, an ExtendBatch entry, an "
+                        "ExtendStream message), by method and result (ok, error).")
+                    .Register(reg);
+  auto& step_duration =
+      prometheus::BuildHistogram()
+          .Name("attn_sequence_step_duration_seconds")
+          .Help("Time from a sequence step's arrival to its result, successful steps, by method.")
+          .Register(reg);
+  static constexpr Method kStepMethods[] = {Method::kExtend, Method::kExtendBatch,
+                                            Method::kExtendStream};
+  static_assert(N == sizeof(kStepMethods) / sizeof(kStepMethods[0]));
+  for (size_t i = 0; i < N; ++i) {
+    const char* name = MethodName(kStepMethods[i]);
+    (*ok)[i] = &steps.Add({{"method", name}, {"result", "ok"}});
+    (*error)[i] = &steps.Add({{"method", name}, {"result", "error"}});
+    (*duration)[i] = &step_duration.Add({{"method", name}}, RequestDurationBuckets());
+  }
+  *batch_size = &prometheus::BuildHistogram()
+                     .Name("attn_sequence_batch_size_steps")
+                     .Help("Sequence steps per step batch.")
+                     .Register(reg)
+                     .Add({}, BatchSizeBuckets());
+}
+
+// attn_build_info{labels} = 1.
+void RegisterBuildInfo(prometheus::Registry& reg,
+                       const std::vector<std::pair<std::string, std::string>>& build_info) {
+  auto& info = prometheus::BuildGauge()
+                   .Name("attn_build_info")
+                   .Help("Build and configuration of this server (value is always 1).")
+                   .Register(reg);
+  prometheus::Labels info_labels;
+  for (const auto& [k, v] : build_info) info_labels[k] = v;
+  info.Add(info_labels).Set(1);
+}
+
+}  // namespace
 
 // ---- Metrics ----
 
@@ -356,37 +151,8 @@ Metrics::Metrics(const std::vector<std::string>& backends,
                           .Name("attn_shadow_dropped_total")
                           .Help("Sampled calls not shadow-checked because the queue was full.")
                           .Register(reg);
-  auto& steps = prometheus::BuildCounter()
-                    .Name("attn_sequence_steps_total")
-                    .Help("Sequence steps that ended (an Extend, an ExtendBatch entry, an "
-                          "ExtendStream message), by method and result (ok, error).")
-                    .Register(reg);
-  auto& step_duration =
-      prometheus::BuildHistogram()
-          .Name("attn_sequence_step_duration_seconds")
-          .Help("Time from a sequence step's arrival to its result, successful steps, by method.")
-          .Register(reg);
-  static constexpr Method kStepMethods[kNumStepMethods] = {Method::kExtend, Method::kExtendBatch,
-                                                           Method::kExtendStream};
-  for (int i = 0; i < kNumStepMethods; ++i) {
-    const char* name = MethodName(kStepMethods[i]);
-    steps_ok_[static_cast<size_t>(i)] = &steps.Add({{"method", name}, {"result", "ok"}});
-    steps_error_[static_cast<size_t>(i)] = &steps.Add({{"method", name}, {"result", "error"}});
-    step_duration_[static_cast<size_t>(i)] =
-        &step_duration.Add({{"method", name}}, RequestDurationBuckets());
-  }
-  step_batch_size_ = &prometheus::BuildHistogram()
-                          .Name("attn_sequence_batch_size_steps")
-                          .Help("Sequence steps per step batch.")
-                          .Register(reg)
-                          .Add({}, BatchSizeBuckets());
-  auto& info = prometheus::BuildGauge()
-                   .Name("attn_build_info")
-                   .Help("Build and configuration of this server (value is always 1).")
-                   .Register(reg);
-  prometheus::Labels info_labels;
-  for (const auto& [k, v] : build_info) info_labels[k] = v;
-  info.Add(info_labels).Set(1);
+  RegisterStepFamilies(reg, &steps_ok_, &steps_error_, &step_duration_, &step_batch_size_);
+  RegisterBuildInfo(reg, build_info);
 
   per_backend_.resize(static_cast<size_t>(nb));
   for (int b = 1; b < nb; ++b) {

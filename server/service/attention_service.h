@@ -32,6 +32,7 @@
 
 #include "attention/v1/attention.grpc.pb.h"
 #include "backends/backend_registry.h"
+#include "backends/server_facts.h"
 #include "batching/batch_scheduler.h"
 #include "config/server_config.h"
 #include "security/call_gate.h"
@@ -47,21 +48,6 @@ namespace metrics {
 class Metrics;
 class ShadowChecker;
 }  // namespace metrics
-
-/// Facts for GetServerInfo that the service does not own.
-struct ServerFacts {
-  std::string device_name = "cpu";
-  std::string compute_capability;
-  int64_t device_memory_bytes = 0;
-  /// Returns {pool capacity, pool used} in bytes; null when there is no pool.
-  std::function<std::pair<int64_t, int64_t>()> pool_usage;
-  /// Fills more of GetServerInfoResponse (e.g. kv_cache from SequenceService); may be null.
-  std::function<void(attention::v1::GetServerInfoResponse*)> extra_info;
-  /// Backends' own additions (calibration table, cuDNN graph cache); may be empty.
-  std::function<void(attention::v1::GetServerInfoResponse*)> backend_info;
-  /// CUDA version the NVIDIA driver supports ("13.0"), or "none" (backends/driver_check.h).
-  std::string cuda_driver_version = "none";
-};
 
 class AttentionServiceImpl final : public attention::v1::AttentionService::CallbackService {
  public:

@@ -72,51 +72,12 @@ Status Mismatch(const std::string& what, int64_t expected, int64_t got) {
                          std::to_string(got));
 }
 
-}  // namespace
-
-StatusOr<DType> DTypeFromProto(int dtype, const std::string& field) {
-  switch (dtype) {
-    case attention::v1::FLOAT32:
-      return DType::kFloat32;
-    case attention::v1::FLOAT16:
-      return DType::kFloat16;
-    case attention::v1::BFLOAT16:
-      return DType::kBFloat16;
-    case attention::v1::FLOAT8_E4M3:
-      return DType::kFloat8E4M3;
-    default:
-      return InvalidArgument(field +
-                             ": expected one of FLOAT32, FLOAT16, BFLOAT16, "
-                             "FLOAT8_E4M3, got " +
-                             std::to_string(dtype) +
-                             (dtype == 0 ? " (DTYPE_UNSPECIFIED)" : " (unknown)"));
-  }
-}
-
-attention::v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return attention::v1::FLOAT32;
-    case DType::kFloat16:
-      return attention::v1::FLOAT16;
-    case DType::kBFloat16:
-      return attention::v1::BFLOAT16;
-    case DType::kFloat8E4M3:
-      return attention::v1::FLOAT8_E4M3;
-  }
-  return attention::v1::DTYPE_UNSPECIFIED;
-}
-
-StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const ValidationLimits& limits) {
-  ValidatedAttend out;
-  kernels::AttentionShape& s = out.shape;
-  if (r.layout() != attention::v1::LAYOUT_PADDED && r.layout() != attention::v1::LAYOUT_VARLEN) {
-    return InvalidArgument("layout: expected LAYOUT_PADDED or LAYOUT_VARLEN, got " +
-                           std::to_string(r.layout()));
-  }
-  const bool varlen = r.layout() == attention::v1::LAYOUT_VARLEN;
-  s.layout = varlen ? kernels::Layout::kVarlen : kernels::Layout::kPadded;
-  const int rank = varlen ? 3 : 4;
+// q, k and v: rank, dtype, bytes, and their agreement (head_dim, batch, v's shape equal to
+// k's, heads divisible by kv heads); the head limits. Sets the shape's dtype and head counts.
+Status CheckTensorsAndHeads(const AttendRequest& r, const ValidationLimits& limits, int rank,
+                            kernels::AttentionShape* shape) {
+  kernels::AttentionShape& s = *shape;
+  const bool varlen = rank == 3;
   DType qd, kd, vd;
   ATTN_RETURN_IF_ERROR(CheckTensor(r.q(), "q", rank, &qd));
   // Mixed dtypes are named as such before k's or v's byte-size check (which would blame the
@@ -165,95 +126,118 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
                            "] (num_heads): expected <= " + std::to_string(limits.max_heads) +
                            ", got " + std::to_string(s.num_heads));
   }
+  return Status::Ok();
+}
 
+// LAYOUT_PADDED: batch, T and S from the shapes; optional per-entry lengths within them.
+Status CheckPaddedLengths(const AttendRequest& r, const ValidationLimits& limits,
+                          ValidatedAttend* validated) {
+  ValidatedAttend& out = *validated;
+  kernels::AttentionShape& s = out.shape;
+  const auto& q = r.q().shape();
+  const auto& k = r.k().shape();
   const int nq = r.q_lengths_size();
   const int nkv = r.kv_lengths_size();
-  if (!varlen) {
-    s.batch = q[0];
-    s.max_q_len = q[1];
-    s.max_kv_len = k[1];
-    if (k[0] != s.batch) return Mismatch("k.shape[0] (batch, must equal q's)", s.batch, k[0]);
-    if (s.batch > limits.max_batch) {
-      return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
-                             std::to_string(s.batch));
-    }
-    if (s.max_q_len > limits.max_tokens || s.max_kv_len > limits.max_tokens) {
-      return InvalidArgument("T and S: expected <= " + std::to_string(limits.max_tokens) +
-                             ", got T=" + std::to_string(s.max_q_len) +
-                             " S=" + std::to_string(s.max_kv_len));
-    }
-    if (nq != 0 && nq != s.batch)
-      return Mismatch("q_lengths (entries, must equal the batch)", s.batch, nq);
-    if (nkv != 0 && nkv != s.batch) {
-      return Mismatch("kv_lengths (entries, must equal the batch)", s.batch, nkv);
-    }
-    for (int b = 0; b < nq; ++b) {
-      if (r.q_lengths(b) < 0 || r.q_lengths(b) > s.max_q_len) {
-        return InvalidArgument("q_lengths[" + std::to_string(b) +
-                               "]: expected in [0, T=" + std::to_string(s.max_q_len) + "], got " +
-                               std::to_string(r.q_lengths(b)));
-      }
-    }
-    for (int b = 0; b < nkv; ++b) {
-      if (r.kv_lengths(b) < 0 || r.kv_lengths(b) > s.max_kv_len) {
-        return InvalidArgument("kv_lengths[" + std::to_string(b) +
-                               "]: expected in [0, S=" + std::to_string(s.max_kv_len) + "], got " +
-                               std::to_string(r.kv_lengths(b)));
-      }
-    }
-    s.has_lengths = nq > 0 || nkv > 0;
-    if (s.has_lengths) {
-      out.q_lengths.assign(s.batch, static_cast<int32_t>(s.max_q_len));
-      out.kv_lengths.assign(s.batch, static_cast<int32_t>(s.max_kv_len));
-      for (int b = 0; b < nq; ++b) out.q_lengths[b] = r.q_lengths(b);
-      for (int b = 0; b < nkv; ++b) out.kv_lengths[b] = r.kv_lengths(b);
-    }
-  } else {
-    s.total_q = q[0];
-    s.total_kv = k[0];
-    if (nq == 0) return InvalidArgument("q_lengths: required for LAYOUT_VARLEN, got none");
-    if (nkv != nq) return Mismatch("kv_lengths (entries, must equal q_lengths')", nq, nkv);
-    s.batch = nq;
-    if (s.batch > limits.max_batch) {
-      return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
-                             std::to_string(s.batch));
-    }
-    out.q_lengths.resize(nq);
-    out.kv_lengths.resize(nq);
-    out.q_offsets.assign(nq + 1, 0);
-    out.kv_offsets.assign(nq + 1, 0);
-    for (int b = 0; b < nq; ++b) {
-      if (r.q_lengths(b) < 0) {
-        return InvalidArgument("q_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
-                               std::to_string(r.q_lengths(b)));
-      }
-      if (r.kv_lengths(b) < 0) {
-        return InvalidArgument("kv_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
-                               std::to_string(r.kv_lengths(b)));
-      }
-      out.q_lengths[b] = r.q_lengths(b);
-      out.kv_lengths[b] = r.kv_lengths(b);
-      out.q_offsets[b + 1] = out.q_offsets[b] + r.q_lengths(b);
-      out.kv_offsets[b + 1] = out.kv_offsets[b] + r.kv_lengths(b);
-      s.max_q_len = std::max<int64_t>(s.max_q_len, r.q_lengths(b));
-      s.max_kv_len = std::max<int64_t>(s.max_kv_len, r.kv_lengths(b));
-    }
-    if (out.q_offsets[nq] != s.total_q) {
-      return Mismatch("sum(q_lengths) (must equal q.shape[0], total_q)", s.total_q,
-                      out.q_offsets[nq]);
-    }
-    if (out.kv_offsets[nq] != s.total_kv) {
-      return Mismatch("sum(kv_lengths) (must equal k.shape[0], total_kv)", s.total_kv,
-                      out.kv_offsets[nq]);
-    }
-    if (s.total_q > limits.max_tokens || s.total_kv > limits.max_tokens) {
-      return InvalidArgument("total_q and total_kv: expected <= " +
-                             std::to_string(limits.max_tokens));
-    }
-    s.has_lengths = true;
+  s.batch = q[0];
+  s.max_q_len = q[1];
+  s.max_kv_len = k[1];
+  if (k[0] != s.batch) return Mismatch("k.shape[0] (batch, must equal q's)", s.batch, k[0]);
+  if (s.batch > limits.max_batch) {
+    return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
+                           std::to_string(s.batch));
   }
+  if (s.max_q_len > limits.max_tokens || s.max_kv_len > limits.max_tokens) {
+    return InvalidArgument("T and S: expected <= " + std::to_string(limits.max_tokens) +
+                           ", got T=" + std::to_string(s.max_q_len) +
+                           " S=" + std::to_string(s.max_kv_len));
+  }
+  if (nq != 0 && nq != s.batch)
+    return Mismatch("q_lengths (entries, must equal the batch)", s.batch, nq);
+  if (nkv != 0 && nkv != s.batch) {
+    return Mismatch("kv_lengths (entries, must equal the batch)", s.batch, nkv);
+  }
+  for (int b = 0; b < nq; ++b) {
+    if (r.q_lengths(b) < 0 || r.q_lengths(b) > s.max_q_len) {
+      return InvalidArgument("q_lengths[" + std::to_string(b) +
+                             "]: expected in [0, T=" + std::to_string(s.max_q_len) + "], got " +
+                             std::to_string(r.q_lengths(b)));
+    }
+  }
+  for (int b = 0; b < nkv; ++b) {
+    if (r.kv_lengths(b) < 0 || r.kv_lengths(b) > s.max_kv_len) {
+      return InvalidArgument("kv_lengths[" + std::to_string(b) +
+                             "]: expected in [0, S=" + std::to_string(s.max_kv_len) + "], got " +
+                             std::to_string(r.kv_lengths(b)));
+    }
+  }
+  s.has_lengths = nq > 0 || nkv > 0;
+  if (s.has_lengths) {
+    out.q_lengths.assign(s.batch, static_cast<int32_t>(s.max_q_len));
+    out.kv_lengths.assign(s.batch, static_cast<int32_t>(s.max_kv_len));
+    for (int b = 0; b < nq; ++b) out.q_lengths[b] = r.q_lengths(b);
+    for (int b = 0; b < nkv; ++b) out.kv_lengths[b] = r.kv_lengths(b);
+  }
+  return Status::Ok();
+}
 
-  // Mask.
+// LAYOUT_VARLEN: the required lengths, their offsets, and their sums against total_q/total_kv.
+Status CheckVarlenLengths(const AttendRequest& r, const ValidationLimits& limits,
+                          ValidatedAttend* validated) {
+  ValidatedAttend& out = *validated;
+  kernels::AttentionShape& s = out.shape;
+  const auto& q = r.q().shape();
+  const auto& k = r.k().shape();
+  const int nq = r.q_lengths_size();
+  const int nkv = r.kv_lengths_size();
+  s.total_q = q[0];
+  s.total_kv = k[0];
+  if (nq == 0) return InvalidArgument("q_lengths: required for LAYOUT_VARLEN, got none");
+  if (nkv != nq) return Mismatch("kv_lengths (entries, must equal q_lengths')", nq, nkv);
+  s.batch = nq;
+  if (s.batch > limits.max_batch) {
+    return InvalidArgument("batch: expected <= " + std::to_string(limits.max_batch) + ", got " +
+                           std::to_string(s.batch));
+  }
+  out.q_lengths.resize(nq);
+  out.kv_lengths.resize(nq);
+  out.q_offsets.assign(nq + 1, 0);
+  out.kv_offsets.assign(nq + 1, 0);
+  for (int b = 0; b < nq; ++b) {
+    if (r.q_lengths(b) < 0) {
+      return InvalidArgument("q_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
+                             std::to_string(r.q_lengths(b)));
+    }
+    if (r.kv_lengths(b) < 0) {
+      return InvalidArgument("kv_lengths[" + std::to_string(b) + "]: expected >= 0, got " +
+                             std::to_string(r.kv_lengths(b)));
+    }
+    out.q_lengths[b] = r.q_lengths(b);
+    out.kv_lengths[b] = r.kv_lengths(b);
+    out.q_offsets[b + 1] = out.q_offsets[b] + r.q_lengths(b);
+    out.kv_offsets[b + 1] = out.kv_offsets[b] + r.kv_lengths(b);
+    s.max_q_len = std::max<int64_t>(s.max_q_len, r.q_lengths(b));
+    s.max_kv_len = std::max<int64_t>(s.max_kv_len, r.kv_lengths(b));
+  }
+  if (out.q_offsets[nq] != s.total_q) {
+    return Mismatch("sum(q_lengths) (must equal q.shape[0], total_q)", s.total_q,
+                    out.q_offsets[nq]);
+  }
+  if (out.kv_offsets[nq] != s.total_kv) {
+    return Mismatch("sum(kv_lengths) (must equal k.shape[0], total_kv)", s.total_kv,
+                    out.kv_offsets[nq]);
+  }
+  if (s.total_q > limits.max_tokens || s.total_kv > limits.max_tokens) {
+    return InvalidArgument("total_q and total_kv: expected <= " +
+                           std::to_string(limits.max_tokens));
+  }
+  s.has_lengths = true;
+  return Status::Ok();
+}
+
+// The mask (causal alignment, windows; normalised against the token limit) and the scale.
+Status CheckMaskAndScale(const AttendRequest& r, const ValidationLimits& limits,
+                         kernels::AttentionShape* shape) {
+  kernels::AttentionShape& s = *shape;
   const auto& m = r.mask();
   switch (m.causal()) {
     case attention::v1::CAUSAL_NONE:
@@ -306,8 +290,13 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   } else {
     s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   }
-  s.return_lse = r.return_lse();
+  return Status::Ok();
+}
 
+// The validated call's data pointers, output shapes, and its work: FLOPs, score pairs, tokens.
+void FillOutputsAndWork(const AttendRequest& r, bool varlen, ValidatedAttend* validated) {
+  ValidatedAttend& out = *validated;
+  const kernels::AttentionShape& s = out.shape;
   out.q = r.q().data().data();
   out.k = r.k().data().data();
   out.v = r.v().data().data();
@@ -337,6 +326,58 @@ StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const Validatio
   }
   out.flops = 4.0 * pairs * s.num_heads * s.head_dim * causal_share;
   out.score_pairs = visited * s.num_heads;
+}
+
+}  // namespace
+
+StatusOr<DType> DTypeFromProto(int dtype, const std::string& field) {
+  switch (dtype) {
+    case attention::v1::FLOAT32:
+      return DType::kFloat32;
+    case attention::v1::FLOAT16:
+      return DType::kFloat16;
+    case attention::v1::BFLOAT16:
+      return DType::kBFloat16;
+    case attention::v1::FLOAT8_E4M3:
+      return DType::kFloat8E4M3;
+    default:
+      return InvalidArgument(field +
+                             ": expected one of FLOAT32, FLOAT16, BFLOAT16, "
+                             "FLOAT8_E4M3, got " +
+                             std::to_string(dtype) +
+                             (dtype == 0 ? " (DTYPE_UNSPECIFIED)" : " (unknown)"));
+  }
+}
+
+attention::v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return attention::v1::FLOAT32;
+    case DType::kFloat16:
+      return attention::v1::FLOAT16;
+    case DType::kBFloat16:
+      return attention::v1::BFLOAT16;
+    case DType::kFloat8E4M3:
+      return attention::v1::FLOAT8_E4M3;
+  }
+  return attention::v1::DTYPE_UNSPECIFIED;
+}
+
+StatusOr<ValidatedAttend> ValidateAttend(const AttendRequest& r, const ValidationLimits& limits) {
+  ValidatedAttend out;
+  kernels::AttentionShape& s = out.shape;
+  if (r.layout() != attention::v1::LAYOUT_PADDED && r.layout() != attention::v1::LAYOUT_VARLEN) {
+    return InvalidArgument("layout: expected LAYOUT_PADDED or LAYOUT_VARLEN, got " +
+                           std::to_string(r.layout()));
+  }
+  const bool varlen = r.layout() == attention::v1::LAYOUT_VARLEN;
+  s.layout = varlen ? kernels::Layout::kVarlen : kernels::Layout::kPadded;
+  ATTN_RETURN_IF_ERROR(CheckTensorsAndHeads(r, limits, varlen ? 3 : 4, &s));
+  ATTN_RETURN_IF_ERROR(varlen ? CheckVarlenLengths(r, limits, &out)
+                              : CheckPaddedLengths(r, limits, &out));
+  ATTN_RETURN_IF_ERROR(CheckMaskAndScale(r, limits, &s));
+  s.return_lse = r.return_lse();
+  FillOutputsAndWork(r, varlen, &out);
   return out;
 }
 

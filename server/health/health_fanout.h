@@ -10,7 +10,14 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
-namespace attn::security {
+namespace attn::health {
+
+/// The grpc.health.v1 service names attention-server publishes: readiness per service (and
+/// the "" service), and "liveness" for kubelet liveness probes (SERVING until a device fault,
+/// and still SERVING while draining).
+inline constexpr char kAttentionServiceName[] = "attention.v1.AttentionService";
+inline constexpr char kSequenceServiceName[] = "attention.v1.SequenceService";
+inline constexpr char kLivenessServiceName[] = "liveness";
 
 class HealthFanout final : public grpc::HealthCheckServiceInterface {
  public:
@@ -25,4 +32,4 @@ class HealthFanout final : public grpc::HealthCheckServiceInterface {
   std::vector<grpc::HealthCheckServiceInterface*> targets_;
 };
 
-}  // namespace attn::security
+}  // namespace attn::health

@@ -1,6 +1,6 @@
-#include "security/health_fanout.h"
+#include "health/health_fanout.h"
 
-namespace attn::security {
+namespace attn::health {
 
 HealthFanout::HealthFanout(std::vector<grpc::HealthCheckServiceInterface*> targets) {
   for (auto* t : targets) {
@@ -20,4 +20,4 @@ void HealthFanout::Shutdown() {
   for (auto* t : targets_) t->Shutdown();
 }
 
-}  // namespace attn::security
+}  // namespace attn::health

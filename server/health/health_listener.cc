@@ -1,8 +1,8 @@
-#include "security/health_listener.h"
+#include "health/health_listener.h"
 
-#include "security/without_reflection.h"
+#include "common/without_reflection.h"
 
-namespace attn::security {
+namespace attn::health {
 
 StatusOr<std::unique_ptr<HealthListener>> HealthListener::Start(const std::string& address) {
   const size_t colon = address.rfind(':');
@@ -40,4 +40,4 @@ void HealthListener::Shutdown(std::chrono::system_clock::time_point deadline) {
 
 HealthListener::~HealthListener() { Shutdown(std::chrono::system_clock::now()); }
 
-}  // namespace attn::security
+}  // namespace attn::health

@@ -15,7 +15,7 @@
 
 #include "attn/kernels/status.h"
 
-namespace attn::security {
+namespace attn::health {
 
 class HealthListener {
  public:
@@ -40,4 +40,4 @@ class HealthListener {
   bool stopped_ = false;
 };
 
-}  // namespace attn::security
+}  // namespace attn::health

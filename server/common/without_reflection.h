@@ -12,7 +12,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/impl/server_builder_option.h>
 
-namespace attn::security {
+namespace attn {
 
 class WithoutReflection final : public grpc::ServerBuilderOption {
  public:
@@ -28,4 +28,4 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
   }
 };
 
-}  // namespace attn::security
+}  // namespace attn
