@@ -1,7 +1,7 @@
 // attention-server's flags (config/server_flags.h): the grouped --help screen, errors for bad
 // values that came from ATTN_ variables, the variables that are meaningful when set but empty,
 // connection age, replica tag, non-finite numbers, every flag's ATTN_ variable (the command line
-// wins) and the advertise address.
+// wins), the advertise address, and exit 2 for a bad flag.
 #include "config/server_flags.h"
 #include "parse_captured.h"
 
@@ -189,6 +189,25 @@ TEST(ServerFlags, BadAdvertiseAddressIsRefused) {
   ServerConfig ok;
   EXPECT_EQ(ParseCaptured({"--advertise-address", "[fd00::1]:50051"}, &ok, &out), -1);
   EXPECT_EQ(ok.advertise_address, "[fd00::1]:50051");
+}
+
+// A bad flag exits 2 (as documented; CLI11's own codes are 105 and 109) with CLI11's message;
+// --help exits 0.
+TEST(ServerFlags, FlagErrorsExit2WithCli11sMessageAndHelpExits0) {
+  std::string out;
+  ServerConfig c;
+  EXPECT_EQ(ParseCaptured({"--no-such-flag"}, &c, &out), 2);
+  EXPECT_NE(out.find("The following argument was not expected: --no-such-flag"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("Run with --help for more information."), std::string::npos) << out;
+  EXPECT_EQ(ParseCaptured({"--kv-cache-bytes", "12"}, &c, &out), 2);
+  EXPECT_NE(out.find("--kv-cache-bytes"), std::string::npos) << out;
+  setenv("ATTN_KV_CACHE_BYTES", "12", 1);
+  EXPECT_EQ(ParseCaptured({}, &c, &out), 2);
+  unsetenv("ATTN_KV_CACHE_BYTES");
+  EXPECT_NE(out.find("ATTN_KV_CACHE_BYTES=12"), std::string::npos) << out;
+  EXPECT_EQ(ParseCaptured({"--help"}, &c, &out), 0);
+  EXPECT_NE(out.find("Usage:"), std::string::npos) << out;
 }
 
 }  // namespace
