@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "attention/v1/attention.grpc.pb.h"
+#include "loadgen/flag_checks.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/progress.h"
 #include "loadgen/report.h"
@@ -251,19 +252,19 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a) {
       ->delimiter(',')
       ->capture_default_str();
   sweep->add_option("--tokens", a->tokens, "Tokens per request of the batch and heads sweeps")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--batch", a->run.shape.batch, "B (seq and heads sweeps)")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--heads", a->run.shape.heads, "N, query heads")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--kv-heads", a->run.shape.kv_heads, "K (seq and batch sweeps)")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--head-dim", a->run.shape.head_dim, "H")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--dtype", a->dtype_name, "Input/output dtype")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
@@ -272,16 +273,16 @@ void AddSweepCommand(CLI::App* app, SweepArgs* a) {
       ->check(CLI::IsMember({"top_left", "bottom_right", "none"}))
       ->capture_default_str();
   sweep->add_option("--requests", a->requests, "Measured requests per point and backend")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--warmup", a->warmup, "Unmeasured requests first (per point and backend)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   sweep->add_option("--concurrency", a->run.concurrency, "Closed-loop workers")
-      ->check(CLI::Range(1, 4096))
+      ->check(InRange(1, 4096))
       ->capture_default_str();
   sweep->add_option("--deadline-ms", a->run.deadline_ms, "Per-call deadline")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   sweep->add_option("--seed", a->run.seed, "Seed of the inputs")->capture_default_str();
   sweep->add_option("--out", a->out_dir, "Directory for sweep-<kind>.csv and .png")

@@ -326,9 +326,13 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 prints --help / --version on stdout (exit code 0) and an error with "Run with --help
+    // for more information." on stderr; its own codes (105, 109, ...) become 2, as documented.
     const std::string env = e.get_exit_code() == 0 ? "" : EnvSourceOf(app, argc, argv, e.what());
-    if (env.empty()) return app.exit(e);
-    return app.exit(CLI::ParseError(env + ": " + e.what(), e.get_exit_code()));
+    const int code = env.empty()
+                         ? app.exit(e)
+                         : app.exit(CLI::ParseError(env + ": " + e.what(), e.get_exit_code()));
+    return code == 0 ? 0 : 2;
   }
   // CLI11 treats a variable set to "" as unset; for these flags "" is a meaningful value.
   const bool on_command_line = app.count("--metrics-address") > 0;

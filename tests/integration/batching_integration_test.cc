@@ -70,6 +70,17 @@ pb::AttendRequest MixedRequest(int i) {
   return r;
 }
 
+// Query tokens of one Attend request: Σ_b q_lengths[b] when given, else B·T (padded q is
+// (B, T, N, H)) or total_q (varlen q is (total_q, N, H)).
+int64_t QueryTokens(const pb::AttendRequest& r) {
+  if (r.q_lengths_size() > 0) {
+    int64_t sum = 0;
+    for (int32_t t : r.q_lengths()) sum += t;
+    return sum;
+  }
+  return r.layout() == pb::LAYOUT_VARLEN ? r.q().shape(0) : r.q().shape(0) * r.q().shape(1);
+}
+
 int64_t Queued(ServerProcess* server) {
   auto stub = server->Stub();
   grpc::ClientContext c;
@@ -124,9 +135,16 @@ TEST(Batching, AttendSameResultsWithBatchingOnAndOffUnderConcurrency) {
     EXPECT_EQ(got_on[i].lse().data(), got_off[i].lse().data()) << "request " << i;
     EXPECT_EQ(got_on[i].o().shape_size(), got_off[i].o().shape_size());
     EXPECT_EQ(got_off[i].report().batch_size(), 1);
+    // Unbatched, the launch's query tokens are the call's own; batched, at least those.
+    const int64_t own_tokens = QueryTokens(MixedRequest(i));
+    EXPECT_EQ(got_off[i].report().batch_tokens(), own_tokens) << "request " << i;
     const auto& r = got_on[i].report();
     EXPECT_GE(r.batch_size(), 1);
-    EXPECT_GE(r.batch_tokens(), 0);
+    if (r.batch_size() == 1) {
+      EXPECT_EQ(r.batch_tokens(), own_tokens) << "request " << i;
+    } else {
+      EXPECT_GE(r.batch_tokens(), own_tokens) << "request " << i;
+    }
     if (r.batch_size() > 1) {
       ++batched;
       // A batched call waited for its batch: its queue time is reported.

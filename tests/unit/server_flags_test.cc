@@ -1,5 +1,7 @@
-// attention-server's flags: the grouped --help screen, errors for bad values that came from ATTN_
-// variables, and the variables that are meaningful when set but empty.
+// attention-server's flags (config/server_flags.h): the grouped --help screen, errors for bad
+// values that came from ATTN_ variables, the variables that are meaningful when set but empty,
+// connection age, replica tag, non-finite numbers, every flag's ATTN_ variable (the command line
+// wins), the advertise address, and exit 2 for a bad flag.
 #include "config/server_flags.h"
 #include "parse_captured.h"
 
@@ -134,6 +136,78 @@ TEST(ServerFlagsReplicaTag, AcceptsEightHexDigitsOnly) {
     EXPECT_GT(ParseCaptured({"--replica-tag", bad}, &b, &out), 0) << bad;
     EXPECT_NE(out.find("8 lowercase hex digits"), std::string::npos) << out;
   }
+}
+
+// NaN passes CLI::Range (every comparison with it is false); every numeric flag refuses it.
+TEST(ServerFlags, NonFiniteNumbersAreRefused) {
+  std::string out;
+  for (const char* flag : {"--drain-timeout-s", "--sequence-ttl-s", "--gpu-memory-fraction",
+                           "--shadow-check-fraction"}) {
+    for (const char* value : {"nan", "inf", "-inf"}) {
+      ServerConfig c;
+      EXPECT_NE(ParseCaptured({flag, value}, &c, &out), -1) << flag << " " << value;
+    }
+  }
+  ServerConfig ok;
+  EXPECT_EQ(ParseCaptured({"--drain-timeout-s", "2.5", "--advertise-address", "inf-host:50051"},
+                          &ok, &out),
+            -1);
+  EXPECT_DOUBLE_EQ(ok.drain_timeout_s, 2.5);
+}
+
+TEST(ServerFlags, EveryFlagHasAnAttnEnvironmentVariableAndTheCommandLineWins) {
+  std::string out;
+  setenv("ATTN_ADVERTISE_ADDRESS", "10.1.2.3:50051", 1);
+  setenv("ATTN_DRAIN_TIMEOUT_S", "45", 1);
+  setenv("ATTN_DRAIN_WAIT_SEQUENCES", "true", 1);
+  setenv("ATTN_KV_CACHE_BYTES", "1048576", 1);
+  setenv("ATTN_LISTEN", "0.0.0.0:7000", 1);
+  ServerConfig c;
+  EXPECT_EQ(ParseCaptured({"--listen", "127.0.0.1:0"}, &c, &out), -1);
+  EXPECT_EQ(c.advertise_address, "10.1.2.3:50051");
+  EXPECT_DOUBLE_EQ(c.drain_timeout_s, 45.0);
+  EXPECT_TRUE(c.drain_wait_sequences);
+  EXPECT_EQ(c.kv_cache_bytes, 1048576);
+  EXPECT_EQ(c.listen_address, "127.0.0.1:0");  // flag beats ATTN_LISTEN
+  for (const char* v : {"ATTN_ADVERTISE_ADDRESS", "ATTN_DRAIN_TIMEOUT_S",
+                        "ATTN_DRAIN_WAIT_SEQUENCES", "ATTN_KV_CACHE_BYTES", "ATTN_LISTEN"}) {
+    unsetenv(v);
+  }
+  ServerConfig d;
+  EXPECT_EQ(ParseCaptured({}, &d, &out), -1);
+  EXPECT_EQ(d.advertise_address, "");
+  EXPECT_FALSE(d.drain_wait_sequences);
+}
+
+TEST(ServerFlags, BadAdvertiseAddressIsRefused) {
+  std::string out;
+  for (const std::string& bad :
+       std::vector<std::string>{"nohostport", "host:", "host:0", "host:70000", ":50051"}) {
+    ServerConfig c;
+    EXPECT_NE(ParseCaptured({"--advertise-address", bad}, &c, &out), -1) << bad;
+  }
+  ServerConfig ok;
+  EXPECT_EQ(ParseCaptured({"--advertise-address", "[fd00::1]:50051"}, &ok, &out), -1);
+  EXPECT_EQ(ok.advertise_address, "[fd00::1]:50051");
+}
+
+// A bad flag exits 2 (as documented; CLI11's own codes are 105 and 109) with CLI11's message;
+// --help exits 0.
+TEST(ServerFlags, FlagErrorsExit2WithCli11sMessageAndHelpExits0) {
+  std::string out;
+  ServerConfig c;
+  EXPECT_EQ(ParseCaptured({"--no-such-flag"}, &c, &out), 2);
+  EXPECT_NE(out.find("The following argument was not expected: --no-such-flag"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("Run with --help for more information."), std::string::npos) << out;
+  EXPECT_EQ(ParseCaptured({"--kv-cache-bytes", "12"}, &c, &out), 2);
+  EXPECT_NE(out.find("--kv-cache-bytes"), std::string::npos) << out;
+  setenv("ATTN_KV_CACHE_BYTES", "12", 1);
+  EXPECT_EQ(ParseCaptured({}, &c, &out), 2);
+  unsetenv("ATTN_KV_CACHE_BYTES");
+  EXPECT_NE(out.find("ATTN_KV_CACHE_BYTES=12"), std::string::npos) << out;
+  EXPECT_EQ(ParseCaptured({"--help"}, &c, &out), 0);
+  EXPECT_NE(out.find("Usage:"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,59 +1,29 @@
-// Unit tests of the paged KV cache: page format (append/gather/FP8), sub-pools
-// (O(1) free list, exhaustion numbers, no leaks, reference counts), block
-// tables, and the sequence store (copy-on-write forks, truncation,
-// reservations, ownership, LRU eviction and TTL with an injected clock). No
-// network, no device.
+// Unit tests of the sequence store (kv_cache/sequence_store.h) with in-process Extend steps:
+// create/extend/release without leaks, the replay-output and metadata budgets, ownership that
+// hides existence, copy-on-write forks, truncation keeping the reservation, exhaustion that
+// harms nothing, LRU eviction and idle TTL with an injected clock, FP8 scales, and ids that
+// carry the store's replica tag (another replica's ids are NOT_FOUND naming both tags). The
+// per-identity accounting is in sequence_store_quota_test.cc. No network, no device.
+#include "kv_cache/sequence_store.h"
+
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "attn/kernels/cpu_attention.h"
-#include "attn/kernels/paged_kv_cpu.h"
-#include "kv_cache/block_table.h"
 #include "kv_cache/cpu_paged_attention.h"
 #include "kv_cache/extend_step.h"
 #include "kv_cache/page_pool.h"
-#include "kv_cache/sequence_store.h"
+#include "kv_cache/sequence_id.h"
 #include "memory/host_pool.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
-
-TEST(Fp8E4M3, EveryCodeRoundTripsAndSaturates) {
-  for (int b = 0; b < 256; ++b) {
-    const float x = kernels::Fp8E4M3ToFloat(static_cast<uint8_t>(b));
-    if (std::isnan(x)) {
-      EXPECT_TRUE((b & 0x7f) == 0x7f);
-      continue;
-    }
-    bool sat = true;
-    const uint8_t back = kernels::FloatToFp8E4M3(x, &sat);
-    EXPECT_FALSE(sat);
-    if (x == 0.f) {
-      EXPECT_EQ(back & 0x7f, 0);
-    } else {
-      EXPECT_EQ(back, b) << "code " << b << " value " << x;
-    }
-  }
-  EXPECT_EQ(kernels::Fp8E4M3ToFloat(0x7e), 448.f);
-  bool sat = false;
-  EXPECT_EQ(kernels::FloatToFp8E4M3(1000.f, &sat), 0x7e);
-  EXPECT_TRUE(sat);
-  EXPECT_EQ(kernels::FloatToFp8E4M3(-1e9f, &sat), 0xfe);
-  EXPECT_TRUE(sat);
-  // Round to nearest even: 1.0625 lies halfway between 1 (mantissa 0) and 1.125
-  // (mantissa 1).
-  EXPECT_EQ(kernels::Fp8E4M3ToFloat(kernels::FloatToFp8E4M3(1.0625f)), 1.f);
-  EXPECT_EQ(kernels::Fp8E4M3ToFloat(kernels::FloatToFp8E4M3(1.1875f)), 1.25f);
-  // Subnormals: 2^-9 is the smallest.
-  EXPECT_EQ(kernels::Fp8E4M3ToFloat(kernels::FloatToFp8E4M3(std::ldexp(1.f, -9))),
-            std::ldexp(1.f, -9));
-  EXPECT_EQ(kernels::FloatToFp8E4M3(std::nanf("")), 0x7f);
-}
 
 struct PoolFixture {
   explicit PoolFixture(int64_t bytes = 1 << 20, PagePoolOptions o = {4, 8, true})
@@ -62,113 +32,6 @@ struct PoolFixture {
   PagePool pool;
 };
 
-TEST(PagedKvCpu, AppendGatherThroughShuffledBlockTable) {
-  PoolFixture f;
-  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat8E4M3}) {
-    SubPool *sub = *f.pool.GetClass({2, 8, dt});
-    const int64_t T = 11, K = 2, H = 8;
-    std::vector<int32_t> pages(3);
-    ASSERT_TRUE(f.pool.Allocate(sub, 3, pages.data()).ok());
-    std::swap(pages[0], pages[2]);
-    std::vector<float> k(T * K * H), v(T * K * H);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> n;
-    for (auto &x : k) x = n(rng);
-    for (auto &x : v) x = n(rng);
-    const float ks[2] = {0.02f, 0.03f}, vs[2] = {0.02f, 0.025f};
-    int64_t sat = 0;
-    // Two appends: 5 tokens, then 6 (crossing page boundaries).
-    ASSERT_TRUE(kernels::PagedAppendCpu(sub->view(), pages.data(), 3, 0, 5, k.data(), v.data(),
-                                        DType::kFloat32, ks, vs, &sat)
-                    .ok());
-    ASSERT_TRUE(kernels::PagedAppendCpu(sub->view(), pages.data(), 3, 5, 6, k.data() + 5 * K * H,
-                                        v.data() + 5 * K * H, DType::kFloat32, ks, vs, &sat)
-                    .ok());
-    std::vector<float> ko(T * K * H), vo(T * K * H);
-    ASSERT_TRUE(kernels::PagedGatherCpu(sub->view(), pages.data(), 3, T, ks, vs, DType::kFloat32,
-                                        ko.data(), vo.data())
-                    .ok());
-    const double tol = dt == DType::kFloat32 ? 0 : dt == DType::kBFloat16 ? 1e-2 : 7e-2;
-    for (size_t i = 0; i < k.size(); ++i) {
-      ASSERT_LE(std::fabs(ko[i] - k[i]), tol * std::max(1.f, std::fabs(k[i]))) << i;
-      ASSERT_LE(std::fabs(vo[i] - v[i]), tol * std::max(1.f, std::fabs(v[i]))) << i;
-    }
-    // The page format: element (page, head, slot, dim) at ((p*K +
-    // h)*page_tokens + t)*H + d.
-    if (dt == DType::kFloat32) {
-      const float *kp = static_cast<const float *>(sub->view().k_pages);
-      const int64_t tok = 6, h = 1, d = 3;
-      EXPECT_EQ(kp[sub->view().Offset(pages[tok / 4], h, tok % 4) + d], k[(tok * K + h) * H + d]);
-      EXPECT_EQ(sat, 0);
-    }
-    f.pool.Release(sub, pages.data(), 3);
-    // Too few blocks is refused.
-    EXPECT_FALSE(kernels::PagedGatherCpu(sub->view(), pages.data(), 1, T, ks, vs, DType::kFloat32,
-                                         ko.data(), vo.data())
-                     .ok());
-  }
-  EXPECT_EQ(f.memory->used(), 0u);
-}
-
-TEST(SubPool, FreeListExhaustionRefcountsNoLeaks) {
-  // 64 KiB pool, pages of K=1 x 4 tokens x H=16 fp32 = 256 B; chunks of 8 pages
-  // = 17*256 B.
-  PoolFixture f(64 << 10);
-  SubPool *sub = *f.pool.GetClass({1, 16, DType::kFloat32});
-  EXPECT_EQ(sub->page_bytes(), 256);
-  const int64_t avail = f.pool.AvailablePages(sub);
-  EXPECT_EQ(avail, (64 << 10) / (17 * 256) * 8);
-  std::vector<int32_t> all(static_cast<size_t>(avail));
-  ASSERT_TRUE(f.pool.Allocate(sub, avail, all.data()).ok());
-  int32_t one = -1;
-  Status s = f.pool.Allocate(sub, 3, &one);
-  ASSERT_EQ(s.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(s.message().find("need 3 pages, 0 free"), std::string::npos) << s.message();
-  // The message says why free bytes may not help: pages are carved a chunk at a time.
-  EXPECT_NE(s.message().find("8 at a time"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("--kv-chunk-pages"), std::string::npos) << s.message();
-  // Distinct pages.
-  std::vector<int32_t> sorted = all;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  // LIFO reuse and reference counts.
-  f.pool.Retain(sub, &all[5], 1);
-  EXPECT_EQ(f.pool.RefCount(sub, all[5]), 2);
-  EXPECT_EQ(f.pool.Release(sub, &all[5], 1), 0);
-  EXPECT_EQ(f.pool.Release(sub, &all[5], 1), 1);
-  EXPECT_EQ(f.pool.RefCount(sub, all[5]), 0);
-  ASSERT_TRUE(f.pool.Allocate(sub, 1, &one).ok());
-  EXPECT_EQ(one, all[5]);
-  all[5] = one;
-  EXPECT_EQ(f.pool.Release(sub, all.data(), avail), avail);
-  EXPECT_EQ(sub->pages_used(), 0);
-  EXPECT_EQ(sub->pages_total(), 0);  // empty chunks go back to the pool
-  EXPECT_EQ(f.memory->used(), 0u);
-  // A failed all-or-nothing allocation takes nothing.
-  std::vector<int32_t> big(static_cast<size_t>(avail + 1));
-  EXPECT_FALSE(f.pool.Allocate(sub, avail + 1, big.data()).ok());
-  EXPECT_EQ(f.memory->used(), 0u);
-}
-
-TEST(BlockTable, BlocksAndTruncate) {
-  BlockTable t(4);
-  EXPECT_EQ(t.BlocksNeeded(0), 0);
-  EXPECT_EQ(t.BlocksNeeded(5), 2);
-  const int32_t p[3] = {7, 3, 9};
-  t.AddPages(p, 3);
-  t.SetLength(10);
-  EXPECT_TRUE(t.LastPagePartial());
-  EXPECT_EQ(t.LastPageTokens(), 2);
-  EXPECT_EQ(t.BlocksNeeded(12), 0);
-  EXPECT_EQ(t.BlocksNeeded(13), 1);
-  EXPECT_TRUE(t.Truncate(11).empty());
-  EXPECT_EQ(t.Truncate(4), std::vector<int32_t>({3, 9}));
-  EXPECT_EQ(t.length(), 4);
-  EXPECT_FALSE(t.LastPagePartial());
-  EXPECT_EQ(t.Truncate(0), std::vector<int32_t>({7}));
-}
-
-// A store with a manual clock and helpers to run Extend steps in-process.
 class StoreTest : public ::testing::Test {
  protected:
   void Make(SequenceStoreOptions o, int64_t bytes = 1 << 20) {
@@ -465,6 +328,53 @@ TEST_F(StoreTest, Fp8ScalesFromFirstPrefill) {
   ASSERT_EQ(s->seq->layers[0].k_scales.size(), 1u);
   EXPECT_GT(s->seq->layers[0].k_scales[0], 0.f);
   EXPECT_EQ(s->seq->fp8_saturations, 0);
+}
+
+class ReplicaStoreTest : public ::testing::Test {
+ protected:
+  ReplicaStoreTest()
+      : memory_(std::move(*HostPool::Create(1 << 20))), pages_(memory_.get(), PagePoolOptions{}) {}
+  std::unique_ptr<SequenceStore> MakeStore(uint32_t tag, const std::string &address) {
+    SequenceStoreOptions o;
+    o.replica_tag = tag;
+    o.replica_address = address;
+    return std::make_unique<SequenceStore>(&pages_, o);
+  }
+  static SequenceConfig Config() {
+    SequenceConfig c;
+    c.num_layers = 1;
+    c.num_kv_heads = 2;
+    c.head_dim = 8;
+    c.num_heads = 4;
+    c.dtype = c.kv_dtype = DType::kFloat32;
+    c.scale = 0.25f;
+    c.reserve_tokens = 32;
+    return c;
+  }
+  std::unique_ptr<HostPool> memory_;
+  PagePool pages_;
+};
+
+TEST_F(ReplicaStoreTest, IdsCarryTheStoreTagAndForeignIdsAreNotFoundNamingBothTags) {
+  auto a = MakeStore(0x11111111u, "10.0.0.1:50051");
+  auto b = MakeStore(0x22222222u, "10.0.0.2:50051");
+  auto created = a->Create("alice", Config());
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  const std::string id = created->seq->id;
+  created->lock.unlock();
+  EXPECT_EQ(ReplicaTagOfId(id), "11111111");
+  EXPECT_TRUE(a->Acquire(id, "alice").ok());
+  // The same id on another replica: NOT_FOUND that names the tags (misrouted call).
+  auto other = b->Acquire(id, "alice");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(other.status().message().find("11111111"), std::string::npos);
+  EXPECT_NE(other.status().message().find("22222222"), std::string::npos);
+  // An unknown id with this replica's own tag gets the ordinary message.
+  auto unknown = a->Acquire("11111111" + std::string(24, '0'), "alice");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message().find("replica tag"), std::string::npos);
+  EXPECT_TRUE(a->Release(id, "alice", nullptr).ok());
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+// SessionRunner: runs a session or mooncake workload (session_workload.h) on --concurrency
+// workers, each with its own channel and SessionStats. session_runner.cc holds the run, the
+// sequence lifecycle (create, prefill, release, fork) and the mooncake replay;
+// session_decode.cc the three decode APIs (Extend, ExtendStream, ExtendBatch).
+// Internal to attn_loadgen: callers use RunSessions.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/v1/sequence.grpc.pb.h"
+#include "loadgen/prefix_cache.h"
+#include "loadgen/session_requests.h"
+#include "loadgen/session_stats.h"
+#include "loadgen/session_workload.h"
+
+namespace attn::loadgen {
+
+/// One live sequence of a worker.
+struct LiveSession {
+  int64_t index = 0;
+  std::string id;
+  SessionPlan plan;
+  TokenKeyFn key;
+  bool verify = false;
+  bool failed = false;
+};
+
+/// After SIGINT/SIGTERM, the deadline of each ReleaseSequence (see SessionRunner::ReleaseSeq).
+inline constexpr int64_t kReleaseAfterInterruptMs = 1000;
+
+/// One run; not reusable. The references must outlive it.
+class SessionRunner {
+ public:
+  SessionRunner(const SessionOptions& o, const std::vector<SessionPlan>& plans,
+                const std::vector<MooncakeRequest>& requests, int64_t count);
+
+  /// Runs every worker to the end (count, duration or SIGINT/SIGTERM) and reports.
+  SessionReport Run();
+
+ private:
+  using Stub = attention::v1::SequenceService::Stub;
+
+  // --- session_runner.cc: the run and the sequence lifecycle.
+  std::shared_ptr<grpc::Channel> Channel() const;
+  void Deadline(grpc::ClientContext* ctx) const;
+  static bool Cut(SessionStats* st);
+  int64_t Claim();
+  void CheckKvReleased(SessionReport* r) const;
+  void ReleaseSeq(Stub* stub, const std::string& id, SessionStats* st);
+  bool Create(Stub* stub, int64_t reserve, std::string* id, SessionStats* st);
+  bool ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t position, int64_t t,
+                   SessionStats* st);
+  bool Prefill(Stub* stub, LiveSession* s, int64_t from, SessionStats* st);
+  LiveSession MakeSession(int64_t index);
+  bool Open(Stub* stub, LiveSession* s, SessionStats* st);
+  void Work(SessionStats* st);
+  void Mooncake(Stub* stub, int64_t index, SessionStats* st);
+  bool Fork(Stub* stub, const MooncakeRequest& req, LiveSession* s, int64_t* fork_length,
+            SessionStats* st);
+
+  // --- session_decode.cc: the decode APIs.
+  bool Decode(Stub* stub, LiveSession* s, SessionStats* st);
+  bool DecodeStream(Stub* stub, LiveSession* s, SessionStats* st);
+  void WorkBatch(Stub* stub, SessionStats* st);
+  std::vector<LiveSession> OpenGroup(Stub* stub, SessionStats* st);
+  void BatchStep(Stub* stub, std::vector<LiveSession*> active, int64_t step, SessionStats* st);
+
+  const SessionOptions& o_;
+  const std::vector<SessionPlan>& plans_;
+  const std::vector<MooncakeRequest>& requests_;
+  const int64_t count_;
+  const SessionShape shape_;
+  PrefixCache cache_;
+  SessionClock::time_point start_;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace attn::loadgen

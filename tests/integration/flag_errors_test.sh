@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Flag errors of both binaries exit 2 (what README and docs/loadgen.md say; CLI11's own codes
+# were 105/109) with CLI11's message on stderr; --help and --version exit 0; the loadgen's range
+# messages are readable ("--rate: must be > 0, got 0", never DBL_MAX or "0.000000").
+# Usage: flag_errors_test.sh ATTENTION_SERVER ATTENTION_LOADGEN. Nothing listens: every case
+# stops at parsing (each bounded by `timeout 20`).
+set -u
+server=$1
+loadgen=$2
+failures=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# expect RC PATTERN CMD...: runs CMD, checks its exit status is RC and that its output (stdout
+# and stderr) contains PATTERN (fixed string; empty: no check).
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  timeout 20 "$@" >"$out" 2>&1
+  local rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL: $* exited $rc, want $want:"; head -5 "$out"; failures=$((failures + 1))
+  elif [[ -n $pattern ]] && ! grep -qF -- "$pattern" "$out"; then
+    echo "FAIL: $* output lacks '$pattern':"; head -5 "$out"; failures=$((failures + 1))
+  elif grep -qE '1797693|0\.000000' "$out"; then
+    echo "FAIL: $* prints DBL_MAX or 0.000000:"; head -5 "$out"; failures=$((failures + 1))
+  else
+    echo "ok: $* -> $rc"
+  fi
+}
+
+# attention-server (ParseServerFlags).
+expect 2 "The following argument was not expected: --no-such-flag" "$server" --no-such-flag
+expect 2 "Run with --help for more information." "$server" --no-such-flag
+expect 2 "--kv-cache-bytes" "$server" --kv-cache-bytes 12
+expect 2 "environment variable ATTN_KV_CACHE_BYTES=12" env ATTN_KV_CACHE_BYTES=12 "$server"
+expect 2 "--log-format" "$server" --log-format yaml
+expect 0 "Usage:" "$server" --help
+
+# attention-loadgen (ParseLoadgenFlags), main command and sweep subcommand.
+expect 2 "The following argument was not expected: --no-such-flag" "$loadgen" --no-such-flag
+expect 2 "--rate: must be > 0, got 0" "$loadgen" --rate 0
+expect 2 "--token-scale: must be > 0, got 0" "$loadgen" --token-scale 0
+expect 2 "--duration: must be >= 0, got -1" "$loadgen" --duration -1
+expect 2 "--concurrency: must be in [1, 4096], got 0" "$loadgen" --concurrency 0
+expect 2 "--verify-fraction: must be in [0, 1], got 2" "$loadgen" --verify-fraction 2
+expect 2 "--concurrency: must be an integer in [1, 4096], got 1.5" "$loadgen" --concurrency 1.5
+expect 2 "--requests: must be a number >= 0, got abc" "$loadgen" --requests abc
+expect 2 "--rate: must be a finite number, got inf" "$loadgen" --rate inf
+expect 2 "--mode: bogus not in {closed,open}" "$loadgen" --mode bogus
+expect 2 "--tokens: must be > 0, got 0" "$loadgen" sweep --sweep seq --tokens 0
+expect 2 "--sweep is required" "$loadgen" sweep
+expect 0 "Usage:" "$loadgen" --help
+expect 0 "Usage: attention-loadgen sweep" "$loadgen" sweep --help
+expect 0 "" "$loadgen" --version
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "all flag-error cases passed"
