@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/cli_finite.h"
+#include "attn/common/cli_finite.h"
 #include "loadgen/flag_checks.h"
 
 namespace attn::loadgen {
