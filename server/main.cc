@@ -27,7 +27,7 @@
 #include "common/logging.h"
 #include "common/unix_socket.h"
 #include "config/server_flags.h"
-#include "kv_cache/kv_runtime.h"
+#include "backends/paged/kv_runtime.h"
 #include "kv_cache/sequence_id.h"
 #include "kv_cache/sequence_store.h"
 #include "metrics/build_info.h"

@@ -12,11 +12,11 @@
 #include "attn/kernels/cpu_attention.h"
 #include "attn/kernels/paged_kv_cpu.h"
 #include "kv_cache/block_table.h"
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/extend_step.h"
+#include "backends/paged/cpu_paged_attention.h"
+#include "backends/paged/extend_step.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 
 namespace attn {
 namespace {

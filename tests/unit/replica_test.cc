@@ -14,7 +14,7 @@
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_id.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 #include "service/load_report.h"
 
 namespace attn {

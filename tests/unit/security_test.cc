@@ -13,13 +13,13 @@
 
 #include "attention/v1/attention.pb.h"
 #include "attention/v1/sequence.pb.h"
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/extend_step.h"
+#include "backends/paged/cpu_paged_attention.h"
+#include "backends/paged/extend_step.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 #include "security/authenticator.h"
-#include "security/identity_quota.h"
+#include "kv_cache/identity_quota.h"
 #include "security/tensor_limit.h"
 #include "security/token_table.h"
 
