@@ -29,9 +29,17 @@ class AttendTrip final : public RoundTrip {
   AttendTrip(const Part* parts, int num_parts, char* base, const AttentionTensors& dev,
              const AttentionTensors& host, uint64_t q_bytes, uint64_t lse_bytes, void* workspace,
              uint64_t workspace_bytes, cublasContext* cublas, const GpuContext::RunFn& run)
-      : parts_(parts), num_parts_(num_parts), base_(base), dev_(dev), host_(host),
-        q_bytes_(q_bytes), lse_bytes_(lse_bytes), workspace_(workspace),
-        workspace_bytes_(workspace_bytes), cublas_(cublas), run_(run) {}
+      : parts_(parts),
+        num_parts_(num_parts),
+        base_(base),
+        dev_(dev),
+        host_(host),
+        q_bytes_(q_bytes),
+        lse_bytes_(lse_bytes),
+        workspace_(workspace),
+        workspace_bytes_(workspace_bytes),
+        cublas_(cublas),
+        run_(run) {}
 
   Status Upload(Lane& lane) override {
     // Inputs the caller packed into staging (ExecuteHeld) go up from there; the others are
@@ -76,9 +84,9 @@ class AttendTrip final : public RoundTrip {
     o_pinned_ = !o_in_place && q_bytes_ + RoundUp(lse_bytes_) <= lane.staging_bytes();
     o_dst_ = o_pinned_ ? lane.staging() : static_cast<char*>(host_.o);
     lse_dst_ = o_pinned_ ? lane.staging() + RoundUp(q_bytes_) : reinterpret_cast<char*>(host_.lse);
-    ATTN_RETURN_IF_ERROR(lane.Check(
-        cudaMemcpyAsync(o_dst_, dev_.o, q_bytes_, cudaMemcpyDeviceToHost, lane.stream()),
-        "cudaMemcpyAsync D2H"));
+    ATTN_RETURN_IF_ERROR(
+        lane.Check(cudaMemcpyAsync(o_dst_, dev_.o, q_bytes_, cudaMemcpyDeviceToHost, lane.stream()),
+                   "cudaMemcpyAsync D2H"));
     if (lse_bytes_ > 0) {
       ATTN_RETURN_IF_ERROR(lane.Check(
           cudaMemcpyAsync(lse_dst_, dev_.lse, lse_bytes_, cudaMemcpyDeviceToHost, lane.stream()),
@@ -120,8 +128,7 @@ class AttendTrip final : public RoundTrip {
 
 }  // namespace
 
-GpuContext::GpuContext()
-    : lanes_("CUDA error in ", "device is faulted after an earlier error: ") {}
+GpuContext::GpuContext() : lanes_("CUDA error in ", "device is faulted after an earlier error: ") {}
 
 StatusOr<std::shared_ptr<GpuContext>> GpuContext::Create(int device, double pool_fraction,
                                                          uint64_t pinned_bytes) {
@@ -132,8 +139,7 @@ StatusOr<std::shared_ptr<GpuContext>> GpuContext::Create(int device, double pool
   auto pool = DevicePool::Create(device, pool_fraction);
   if (!pool.ok()) return pool.status();
   ctx->pool_ = std::move(*pool);
-  ATTN_RETURN_IF_ERROR(
-      ctx->lanes_.Add(1, device, pinned_bytes, /*growable=*/false, "GPU context"));
+  ATTN_RETURN_IF_ERROR(ctx->lanes_.Add(1, device, pinned_bytes, /*growable=*/false, "GPU context"));
   cublasHandle_t handle = nullptr;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
   ctx->cublas_ = handle;
@@ -206,18 +212,17 @@ Status GpuContext::ExecuteHeld(LaneLease& lease, const AttentionShape& shape,
   dev.q = base + in_parts[0].offset;
   dev.k = base + in_parts[1].offset;
   dev.v = base + in_parts[2].offset;
-  dev.q_lengths = host.q_lengths ? reinterpret_cast<const int32_t*>(base + in_parts[3].offset)
-                                 : nullptr;
-  dev.kv_lengths = host.kv_lengths
-                       ? reinterpret_cast<const int32_t*>(base + in_parts[4].offset)
-                       : nullptr;
+  dev.q_lengths =
+      host.q_lengths ? reinterpret_cast<const int32_t*>(base + in_parts[3].offset) : nullptr;
+  dev.kv_lengths =
+      host.kv_lengths ? reinterpret_cast<const int32_t*>(base + in_parts[4].offset) : nullptr;
   dev.q_offsets = varlen ? reinterpret_cast<const int64_t*>(base + in_parts[5].offset) : nullptr;
   dev.kv_offsets = varlen ? reinterpret_cast<const int64_t*>(base + in_parts[6].offset) : nullptr;
   dev.o = base + o_off;
   dev.lse = shape.return_lse ? reinterpret_cast<float*>(base + lse_off) : nullptr;
 
-  AttendTrip trip(in_parts, 7, base, dev, host, q_bytes, lse_bytes, base + ws_off,
-                  workspace_bytes, cublas_, run);
+  AttendTrip trip(in_parts, 7, base, dev, host, q_bytes, lse_bytes, base + ws_off, workspace_bytes,
+                  cublas_, run);
   LaneTimes lt;
   ATTN_RETURN_IF_ERROR(lease.lane->Run(trip, &lt));
   times->host_to_device_us = MsToUs(lt.h2d_ms);

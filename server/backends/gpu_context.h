@@ -33,9 +33,9 @@ namespace attn {
 class GpuContext {
  public:
   /// The enqueue-only part of a family: run on `stream` with device tensors and a workspace.
-  using RunFn = std::function<Status(const AttentionTensors& device, void* workspace,
-                                     uint64_t workspace_bytes, cublasContext* cublas,
-                                     cudaStream_t stream)>;
+  using RunFn =
+      std::function<Status(const AttentionTensors& device, void* workspace,
+                           uint64_t workspace_bytes, cublasContext* cublas, cudaStream_t stream)>;
 
   /// Opens `device`, reserves `pool_fraction` of its free memory, `pinned_bytes` of pinned
   /// host memory and a 32 MiB cuBLAS workspace from the pool.

@@ -6,8 +6,8 @@
 #pragma once
 
 #include <mutex>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "attn/kernels/status.h"
 

@@ -20,8 +20,7 @@ StatusOr<std::unique_ptr<Lane>> Lane::Create(int device, uint64_t staging_bytes,
     if (cudaEventCreate(&e) != cudaSuccess) {
       (void)cudaGetLastError();
       e = nullptr;
-      return Internal(who + ": cannot create a timing event on device " +
-                      std::to_string(device));
+      return Internal(who + ": cannot create a timing event on device " + std::to_string(device));
     }
   }
   if (staging_bytes > 0) {
@@ -76,7 +75,9 @@ Status Lane::Check(cudaError_t err, const char* what) {
   return latch_->Trip(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
-Status Lane::Record(int i) { return Check(cudaEventRecord(events_[i], stream_), "cudaEventRecord"); }
+Status Lane::Record(int i) {
+  return Check(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
+}
 
 Status Lane::Run(RoundTrip& trip, LaneTimes* times) {
   trip.Pack(*this);

@@ -62,9 +62,8 @@ class Lane {
   /// outlives the lane) is the owner's fault latch; `who` names the owner in errors.
   /// Errors: INTERNAL when the stream or an event cannot be made; RESOURCE_EXHAUSTED when the
   /// staging buffer cannot be pinned.
-  static StatusOr<std::unique_ptr<Lane>> Create(int device, uint64_t staging_bytes,
-                                                bool growable, FaultLatch* latch,
-                                                const std::string& who);
+  static StatusOr<std::unique_ptr<Lane>> Create(int device, uint64_t staging_bytes, bool growable,
+                                                FaultLatch* latch, const std::string& who);
   ~Lane();
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
@@ -118,8 +117,7 @@ class LaneSet {
   LaneSet(std::string error_prefix, std::string faulted_prefix)
       : latch_(std::move(error_prefix), std::move(faulted_prefix)) {}
   /// Adds `count` lanes (>= 1) made by Lane::Create with these arguments. Call before use.
-  Status Add(int count, int device, uint64_t staging_bytes, bool growable,
-             const std::string& who);
+  Status Add(int count, int device, uint64_t staging_bytes, bool growable, const std::string& who);
   /// Takes a free lane (trying each once from a rotating start), else waits for one.
   LaneLease Acquire();
   FaultLatch& latch() { return latch_; }

@@ -29,7 +29,7 @@ struct ExtendArgs {
 struct ExtendOutcome {
   int64_t length = 0;  ///< layer length after the step
   bool replayed = false;
-  int64_t kv_len = 0;     ///< keys attended
+  int64_t kv_len = 0;  ///< keys attended
   /// Device time of the launches the step ran in (append + attention kernels; a batched
   /// step reports its whole launch group's), and of their host->device / device->host copies,
   /// in µs (LaunchTimes; host wall time of the computation on the CPU path). 0 for replays.

@@ -62,10 +62,10 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
     }
     if (t != nullptr) {
       // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
-      ATTN_RETURN_IF_ERROR(lane.Check(cudaMemcpyAsync(h + t_at + t->at_q, d + t_at + t->at_o,
-                                                      t->qo_bytes, cudaMemcpyDeviceToHost,
-                                                      lane.stream()),
-                                      "cudaMemcpyAsync D2H (attention)"));
+      ATTN_RETURN_IF_ERROR(
+          lane.Check(cudaMemcpyAsync(h + t_at + t->at_q, d + t_at + t->at_o, t->qo_bytes,
+                                     cudaMemcpyDeviceToHost, lane.stream()),
+                     "cudaMemcpyAsync D2H (attention)"));
     }
     return Status::Ok();
   }
@@ -80,8 +80,7 @@ GpuPagedAttention::GpuPagedAttention(int device, DevicePool *pool)
       pool_(pool),
       lanes_("CUDA error in GPU paged attention, ", "GPU paged attention is faulted: ") {}
 
-StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int device,
-                                                                       DevicePool *pool,
+StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int device, DevicePool *pool,
                                                                        int lanes) {
   std::unique_ptr<GpuPagedAttention> g(new GpuPagedAttention(device, pool));
   ATTN_RETURN_IF_ERROR(
@@ -187,11 +186,11 @@ Status GpuPagedAttention::CopyPage(const kernels::PagedKvPool &pool, int32_t src
   ATTN_RETURN_IF_ERROR(lane.Check(cudaSetDevice(device_), "cudaSetDevice"));
   for (void *arr : {pool.k_pages, pool.v_pages}) {
     char *base = static_cast<char *>(arr);
-    ATTN_RETURN_IF_ERROR(lane.Check(
-        cudaMemcpyAsync(base + static_cast<uint64_t>(dst) * page_bytes,
-                        base + static_cast<uint64_t>(src) * page_bytes, page_bytes,
-                        cudaMemcpyDeviceToDevice, lane.stream()),
-        "cudaMemcpyAsync (copy-on-write page)"));
+    ATTN_RETURN_IF_ERROR(
+        lane.Check(cudaMemcpyAsync(base + static_cast<uint64_t>(dst) * page_bytes,
+                                   base + static_cast<uint64_t>(src) * page_bytes, page_bytes,
+                                   cudaMemcpyDeviceToDevice, lane.stream()),
+                   "cudaMemcpyAsync (copy-on-write page)"));
   }
   return lane.Check(cudaStreamSynchronize(lane.stream()), "copy-on-write page");
 }
@@ -201,8 +200,7 @@ Status GpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
   return AttendMany(&layer, &q, outs, 1);
 }
 
-Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n,
-                                      LaunchTimes *times) {
+Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
   const AttendArrays arrays(items, n);
   return AttendMany(arrays.layers.data(), arrays.queries.data(), arrays.outs.data(),
                     static_cast<int64_t>(n), times);

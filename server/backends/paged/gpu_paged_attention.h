@@ -11,14 +11,14 @@
 // round trip. Calls run on lanes (device/lane.h: a stream, its timing events and its pinned
 // buffer each, one fault latch for all): a call takes a free lane, so calls from different
 // batch threads overlap on the device and with each other's host work; one call holds its lane
-// until its outputs are copied out. The layout, packing and launches are gpu_paged_jobs.h. Prefill steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages
-// run in one fused paged launch (FusedPagedRun, varlen over those steps, bottom-right causal:
-// the T rows are the last T of kv_len keys), the other steps in one decode launch; both share
-// the call's upload and download (AttendSplit, backends/paged/attend_split.h). With FP8 pages a
-// prefill is cut into chunks of at most 64 query rows that run as separate rows of the decode
-// launch: chunk [r0, r1) of a T-token step over kv_len keys attends the first kv_len - T + r1
-// keys with bottom-right alignment, which is exactly the rows' bottom-right causal mask
-// (DESIGN.md §4).
+// until its outputs are copied out. The layout, packing and launches are gpu_paged_jobs.h. Prefill
+// steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages run in one fused paged launch
+// (FusedPagedRun, varlen over those steps, bottom-right causal: the T rows are the last T of kv_len
+// keys), the other steps in one decode launch; both share the call's upload and download
+// (AttendSplit, backends/paged/attend_split.h). With FP8 pages a prefill is cut into chunks of at
+// most 64 query rows that run as separate rows of the decode launch: chunk [r0, r1) of a T-token
+// step over kv_len keys attends the first kv_len - T + r1 keys with bottom-right alignment, which
+// is exactly the rows' bottom-right causal mask (DESIGN.md §4).
 //
 // What it serves (SupportsSequence): q/k/v fp16 or bf16, pages of the same dtype or FP8 E4M3,
 // head dim 64 or 128, page sizes that are powers of two. Anything else is refused at

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-
 namespace attn {
 namespace {
 
@@ -40,8 +39,9 @@ Status LayoutAppend(PagedAppendItem *items, size_t n, PagedAppendJob *job) {
   for (size_t i = 0; i < n; ++i) {
     const PagedAppendItem &a = items[i];
     if (!SamePool(a.layer.pool, pool) || a.src_dtype != j.src) {
-      return InvalidArgument("GPU paged append: the items of one launch must share the KV "
-                             "layout class and the source dtype");
+      return InvalidArgument(
+          "GPU paged append: the items of one launch must share the KV "
+          "layout class and the source dtype");
     }
     if (a.tokens < 0 || a.start < 0) {
       return InvalidArgument("GPU paged append: negative start or token count");
@@ -161,8 +161,9 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     const PagedQuery &qi = queries[i];
     if (!SamePool(layers[i].pool, pool) || qi.dtype != q0.dtype || qi.num_heads != N ||
         qi.scale != q0.scale) {
-      return InvalidArgument("GPU paged attention: the steps of one launch must share the KV "
-                             "layout class, dtype, query heads and scale");
+      return InvalidArgument(
+          "GPU paged attention: the steps of one launch must share the KV "
+          "layout class, dtype, query heads and scale");
     }
     if (qi.tokens < 1 || qi.tokens > layers[i].kv_len) {
       return InvalidArgument("GPU paged attention: " + std::to_string(qi.tokens) +

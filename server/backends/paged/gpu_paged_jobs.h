@@ -27,8 +27,8 @@ struct PagedAppendJob {
   int64_t B = 0, K = 0, row_bytes = 0, max_new = 1, max_blocks = 1, launches = 0;
   bool fp8 = false;
   kernels::DType src = kernels::DType::kBFloat16;
-  uint64_t at_k = 0, at_v = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0,
-           at_sat = 0, bytes = 0;
+  uint64_t at_k = 0, at_v = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0, at_sat = 0,
+           bytes = 0;
 };
 
 /// Where one attention call's inputs and outputs sit in its region: [0, upload) is uploaded;
@@ -40,8 +40,8 @@ struct PagedAttendJob {
   int64_t count = 0, K = 0, max_blocks = 1, row_bytes = 0;
   bool fp8 = false;
   AttendSplit split;
-  kernels::PagedDecodePlan plan;   // when split.decode_entries > 0
-  kernels::FusedPagedPlan pplan;   // when split.prefill_entries > 0
+  kernels::PagedDecodePlan plan;  // when split.decode_entries > 0
+  kernels::FusedPagedPlan pplan;  // when split.prefill_entries > 0
   uint64_t qo_bytes = 0, at_q = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0,
            at_pbt = 0, at_plen = 0, at_poff = 0, upload = 0, at_o = 0, at_ws = 0, bytes = 0;
 };
