@@ -1,10 +1,11 @@
-# Unit tests for the runtime's pure logic (validation, registry, allocator, worker pool,
-# the Unix-socket listen helpers).
+# Unit tests for the runtime's pure logic (validation, registry, allocator, the device fault
+# latch, worker pool, the Unix-socket listen helpers).
 if(ATTN_SERVER)
   add_executable(server_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/attend_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/backend_registry_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_text_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/fault_latch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/range_allocator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/wide_window_test.cc
