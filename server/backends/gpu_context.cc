@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace attn {
@@ -47,9 +48,8 @@ class AttendTrip final : public RoundTrip {
     uint64_t staged = 0;
     for (int i = 0; i < num_parts_; ++i) {
       if (InStaging(lane, parts_[i].src, parts_[i].bytes)) {
-        const uint64_t end =
-            static_cast<uint64_t>(static_cast<const char*>(parts_[i].src) - lane.staging()) +
-            parts_[i].bytes;
+        const uint64_t end = reinterpret_cast<uintptr_t>(parts_[i].src) -
+                             reinterpret_cast<uintptr_t>(lane.staging()) + parts_[i].bytes;
         staged = std::max(staged, RoundUp(end));
       }
     }
@@ -78,10 +78,11 @@ class AttendTrip final : public RoundTrip {
 
   Status Download(Lane& lane) override {
     // Outputs go through pinned memory when they fit (after the inputs are done: stream order),
-    // unless the caller's o already is pinned staging (ExecuteHeld): then straight there.
-    const bool o_in_place = InStaging(lane, host_.o, q_bytes_) &&
-                            (lse_bytes_ == 0 || InStaging(lane, host_.lse, lse_bytes_));
-    o_pinned_ = !o_in_place && q_bytes_ + RoundUp(lse_bytes_) <= lane.staging_bytes();
+    // unless the caller's o or lse already is in staging (ExecuteHeld): then each goes straight
+    // to where the caller wants it (no bounce that could overlap the caller's buffer).
+    const bool caller_staged = InStaging(lane, host_.o, q_bytes_) ||
+                               (lse_bytes_ > 0 && InStaging(lane, host_.lse, lse_bytes_));
+    o_pinned_ = !caller_staged && q_bytes_ + RoundUp(lse_bytes_) <= lane.staging_bytes();
     o_dst_ = o_pinned_ ? lane.staging() : static_cast<char*>(host_.o);
     lse_dst_ = o_pinned_ ? lane.staging() + RoundUp(q_bytes_) : reinterpret_cast<char*>(host_.lse);
     ATTN_RETURN_IF_ERROR(
@@ -97,10 +98,10 @@ class AttendTrip final : public RoundTrip {
 
   /// Whether [p, p + bytes) lies inside the lane's staging buffer.
   static bool InStaging(const Lane& lane, const void* p, uint64_t bytes) {
-    const char* c = static_cast<const char*>(p);
-    return c != nullptr && lane.staging() != nullptr && c >= lane.staging() &&
-           bytes <= lane.staging_bytes() &&
-           static_cast<uint64_t>(c - lane.staging()) <= lane.staging_bytes() - bytes;
+    if (p == nullptr || lane.staging() == nullptr || bytes > lane.staging_bytes()) return false;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(lane.staging());
+    return at >= base && at - base <= lane.staging_bytes() - bytes;
   }
 
   void Finish(Lane& lane) override {

@@ -52,7 +52,8 @@ class GpuContext {
   /// pinned staging (lease.lane->staging(), staging_bytes() long: --pinned-staging-bytes; it
   /// does not grow) and then calls ExecuteHeld with host tensors pointing there: inputs in
   /// staging are uploaded from where they are and an o (and lse) in staging is downloaded in
-  /// place, so each direction costs the caller one host copy. Other calls wait meanwhile.
+  /// place, so each direction costs the caller one host copy. Other calls wait meanwhile; the
+  /// staging contents outside o/lse are not kept across the call.
   LaneLease HoldLane() { return lanes_.Acquire(); }
   /// Execute on a lane held by HoldLane (`lease` stays held). Errors as Execute.
   Status ExecuteHeld(LaneLease& lease, const AttentionShape& shape, const AttentionTensors& host,
