@@ -1,11 +1,13 @@
-// Shared GPU state for the CUDA backends: the device, its memory pool, one stream, a cuBLAS
-// handle whose workspace comes from the pool, and a pinned host staging buffer.
+// Shared GPU state for the stateless CUDA backends: the opened device (device/gpu_device.h), its
+// memory pool, one lane (device/lane.h: a stream, its events, a pinned host staging buffer and
+// the fault latch) and a cuBLAS handle on the lane's stream whose workspace comes from the pool.
 //
-// Execute() runs one problem end to end: carves q/k/v/o/lse/lengths/offsets and the kernel's
-// workspace from the pool, copies inputs host→device through the pinned buffer, calls the
-// family's enqueue-only run function between CUDA events, copies outputs back and reports the
-// time of each phase from the events. Launches are serialised on the one stream (batching of
-// concurrent calls is the batcher's job).
+// Execute() runs one problem as one round trip on the lane: carves q/k/v/o/lse/lengths/offsets
+// and the kernel's workspace from the pool, copies inputs host→device through the pinned
+// buffer (inputs that do not fit it are copied from where they are), calls the family's
+// enqueue-only run function between CUDA events, copies outputs back and reports the time of
+// each phase from the events. Launches are serialised on the one lane (batching of concurrent
+// calls is the batcher's job).
 // Thread-safety: Execute is thread-safe (internally serialised).
 #pragma once
 
@@ -14,37 +16,26 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
 #include "backends/backend.h"
-#include "memory/device_pool.h"
+#include "device/device_pool.h"
+#include "device/gpu_device.h"
+#include "device/lane.h"
 
 struct cublasContext;
 
 namespace attn {
 
-/// Facts about the device, for GetServerInfo and reports.
-struct DeviceInfo {
-  int index = 0;
-  std::string name;
-  int major = 0;
-  int minor = 0;
-  uint64_t total_memory_bytes = 0;
-  int sm_count = 0;
-};
-
-/// Number of CUDA devices (0 when there is no device or no driver) and why, when 0.
-int CudaDeviceCount(std::string* why_none);
-
+/// The stateless backends' GPU: see the file comment.
 class GpuContext {
  public:
   /// The enqueue-only part of a family: run on `stream` with device tensors and a workspace.
-  using RunFn = std::function<Status(const AttentionTensors& device, void* workspace,
-                                     uint64_t workspace_bytes, cublasContext* cublas,
-                                     cudaStream_t stream)>;
+  using RunFn =
+      std::function<Status(const AttentionTensors& device, void* workspace,
+                           uint64_t workspace_bytes, cublasContext* cublas, cudaStream_t stream)>;
 
   /// Opens `device`, reserves `pool_fraction` of its free memory, `pinned_bytes` of pinned
   /// host memory and a 32 MiB cuBLAS workspace from the pool.
@@ -57,25 +48,29 @@ class GpuContext {
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  uint64_t workspace_bytes, const RunFn& run, ExecuteTimes* times);
 
+  /// Holds the context's lane for a caller that packs its inputs straight into the lane's
+  /// pinned staging (lease.lane->staging(), staging_bytes() long: --pinned-staging-bytes; it
+  /// does not grow) and then calls ExecuteHeld with host tensors pointing there: inputs in
+  /// staging are uploaded from where they are and an o (and lse) in staging is downloaded in
+  /// place, so each direction costs the caller one host copy. Other calls wait meanwhile; the
+  /// staging contents outside o/lse are not kept across the call.
+  LaneLease HoldLane() { return lanes_.Acquire(); }
+  /// Execute on a lane held by HoldLane (`lease` stays held). Errors as Execute.
+  Status ExecuteHeld(LaneLease& lease, const AttentionShape& shape, const AttentionTensors& host,
+                     uint64_t workspace_bytes, const RunFn& run, ExecuteTimes* times);
+
   const DeviceInfo& info() const { return info_; }
   DevicePool& pool() { return *pool_; }
-  bool faulted() const;
+  bool faulted() const { return lanes_.latch().faulted(); }
 
  private:
-  GpuContext() = default;
-  Status CheckCuda(cudaError_t err, const char* what);
+  GpuContext();
 
   DeviceInfo info_;
   std::unique_ptr<DevicePool> pool_;
   DeviceAllocation cublas_workspace_;
-  cudaStream_t stream_ = nullptr;
   cublasContext* cublas_ = nullptr;
-  void* pinned_ = nullptr;
-  uint64_t pinned_bytes_ = 0;
-  cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
-  mutable std::mutex mu_;
-  bool faulted_ = false;
-  std::string fault_;
+  LaneSet lanes_;  ///< one lane: launches are serialised
 };
 
 }  // namespace attn

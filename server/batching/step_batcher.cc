@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "kv_cache/extend_batch.h"
+#include "backends/paged/extend_batch.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
@@ -216,7 +216,7 @@ void StepBatcher::Respond(Finished& f, size_t begin, size_t end) {
     report->set_flops(out.replayed ? 0.0
                                    : 2.0 * a.q_shape[0] * out.kv_len * out.num_heads *
                                          out.head_dim);
-    report->set_device(backend_->name());
+    report->set_device(backend_->device());
     auto* t = report->mutable_times();
     t->set_decode_us(std::max<int64_t>(0, Us(it->req.received, it->queued_at)));
     t->set_queue_us(std::max<int64_t>(0, it->dequeued_us - it->enqueued_us));

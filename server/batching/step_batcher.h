@@ -1,6 +1,6 @@
 // Continuous batching of sequence steps across RPCs (DESIGN.md §8): Extend calls,
 // ExtendBatch entries and ExtendStream messages wait in one BatchScheduler and run together
-// through RunExtendSteps (kv_cache/extend_batch.h): one append and one paged attention launch
+// through RunExtendSteps (backends/paged/extend_batch.h): one append and one paged attention launch
 // per compatible group.
 //
 // Signature: the step's q dtype, N, K, H (from its tensors; the sequence's kv dtype and
@@ -33,9 +33,9 @@
 #include "attn/kernels/status.h"
 #include "batching/batch_scheduler.h"
 #include "service/worker_pool.h"
-#include "kv_cache/extend_batch.h"
-#include "kv_cache/extend_step.h"
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/extend_batch.h"
+#include "backends/paged/extend_step.h"
+#include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
 
 namespace attn {

@@ -29,7 +29,7 @@
 #include "kv_cache/page_pool.h"
 #include "kv_cache/replay_output.h"
 #include "kv_cache/sequence.h"
-#include "security/identity_quota.h"
+#include "kv_cache/identity_quota.h"
 
 namespace attn {
 
@@ -107,7 +107,7 @@ class SequenceStore {
   void SweepExpired();
 
   PagePool *pool() const { return pool_; }
-  /// Live sequences and KV pages per owner (security/identity_quota.h).
+  /// Live sequences and KV pages per owner (kv_cache/identity_quota.h).
   const security::IdentityQuota &quota() const { return quota_; }
   /// The budget stored replay outputs are charged to (replay_output.h).
   const std::shared_ptr<ByteBudget> &replay_budget() const { return replay_budget_; }

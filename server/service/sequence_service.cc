@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "kv_cache/extend_step.h"
+#include "backends/paged/extend_step.h"
 #include "service/attention_service.h"
 #include "service/cancellable_reactor.h"
 #include "validation/attend_validator.h"

@@ -30,7 +30,7 @@
 #include "attention/v1/sequence.grpc.pb.h"
 #include "batching/step_batcher.h"
 #include "config/server_config.h"
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
 #include "metrics/metrics.h"
 #include "security/call_gate.h"

@@ -11,7 +11,7 @@
 
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
-#include "kv_cache/extend_step.h"
+#include "kv_cache/extend_args.h"
 #include "kv_cache/sequence.h"
 
 namespace attn {

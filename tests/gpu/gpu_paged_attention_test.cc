@@ -24,15 +24,15 @@
 #include <vector>
 
 #include "attn/kernels/host_dtype.h"
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/extend_batch.h"
-#include "kv_cache/extend_step.h"
-#include "kv_cache/gpu_paged_attention.h"
+#include "backends/paged/cpu_paged_attention.h"
+#include "backends/paged/extend_batch.h"
+#include "backends/paged/extend_step.h"
+#include "backends/paged/gpu_paged_attention.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/device_kv_memory.h"
-#include "memory/device_pool.h"
-#include "memory/host_pool.h"
+#include "device/device_kv_memory.h"
+#include "device/device_pool.h"
+#include "device/host_pool.h"
 
 namespace attn {
 namespace {

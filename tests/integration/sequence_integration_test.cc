@@ -137,6 +137,10 @@ class SequenceTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(resp.length(), h->len + T);
     EXPECT_FALSE(resp.replayed());
+    // The report names the paged backend that ran ("paged-cpu"/"paged-gpu") and where.
+    const std::string &device = resp.report().device();
+    EXPECT_TRUE(device == "cpu" || device == "gpu") << device;
+    EXPECT_EQ(resp.report().backend(), "paged-" + device);
     const double err = RelErr(resp.o(), Reference(*h, r));
     EXPECT_LE(err, tol) << "layer " << layer << " pos " << h->len << " T " << T;
     h->k += r.k().data();

@@ -84,10 +84,10 @@ def test_step_series_move_by_the_session_counts(server):
     assert delta("attn_requests_total", method="ExtendStream", backend="none", code="OK") == 1
     assert delta("attn_sequence_batch_size_steps_sum") == 8
     assert 1 <= delta("attn_sequence_batch_size_steps_count") <= 8
-    assert delta("attn_batch_size_requests_sum", backend="cpu") == 8
-    assert delta("attn_batch_tokens_sum", backend="cpu") == 8
-    assert delta("attn_phase_duration_seconds_count", backend="cpu", phase="kernel") == 8
-    assert delta("attn_phase_duration_seconds_count", backend="cpu", phase="queue") == 8
+    assert delta("attn_batch_size_requests_sum", backend="paged-cpu") == 8
+    assert delta("attn_batch_tokens_sum", backend="paged-cpu") == 8
+    assert delta("attn_phase_duration_seconds_count", backend="paged-cpu", phase="kernel") == 8
+    assert delta("attn_phase_duration_seconds_count", backend="paged-cpu", phase="queue") == 8
 
 
 def _session_exprs():

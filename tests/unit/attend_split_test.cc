@@ -1,4 +1,4 @@
-// SplitAttendSteps (server/kv_cache/attend_split.h): how one GPU AttendMany call lays its steps
+// SplitAttendSteps (server/backends/paged/attend_split.h): how one GPU AttendMany call lays its steps
 // over the decode launch and the fused paged prefill launch. No device.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kv_cache/attend_split.h"
+#include "backends/paged/attend_split.h"
 
 namespace attn {
 namespace {

@@ -1,8 +1,8 @@
-// RunExtendSteps (server/kv_cache/extend_batch.h): many sequence steps in one batch give each
+// RunExtendSteps (server/backends/paged/extend_batch.h): many sequence steps in one batch give each
 // step bitwise the output, status and stored state that ExtendStep gives it alone; compatible
 // steps share one AttendBatch launch; a failed launch rolls every step of it back; a step that
 // stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12).
-#include "kv_cache/extend_batch.h"
+#include "backends/paged/extend_batch.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "kv_cache/cpu_paged_attention.h"
+#include "backends/paged/cpu_paged_attention.h"
 #include "kv_cache/page_pool.h"
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 
 namespace attn {
 namespace {
@@ -28,6 +28,7 @@ using kernels::DType;
 class CountingPaged final : public PagedAttentionBackend {
  public:
   const std::string &name() const override { return cpu_.name(); }
+  const std::string &device() const override { return cpu_.device(); }
   Status Append(const PagedLayerView &l, int64_t start, int64_t tokens, const void *k,
                 const void *v, DType dt, int64_t *sat) override {
     return cpu_.Append(l, start, tokens, k, v, dt, sat);

@@ -1,7 +1,7 @@
-// Unit tests of per-identity accounting on its own (security/identity_quota.h): limits refuse
+// Unit tests of per-identity accounting on its own (kv_cache/identity_quota.h): limits refuse
 // with the numbers and change nothing, identities have separate budgets, no limit is unlimited.
 // Its use inside the SequenceStore is in sequence_store_quota_test.cc.
-#include "security/identity_quota.h"
+#include "kv_cache/identity_quota.h"
 
 #include <gtest/gtest.h>
 

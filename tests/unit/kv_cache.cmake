@@ -8,6 +8,7 @@ if(ATTN_SERVER)
     ${CMAKE_CURRENT_LIST_DIR}/block_table_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_id_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_store_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/identity_quota_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_store_quota_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_store_sweep_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/attend_split_test.cc

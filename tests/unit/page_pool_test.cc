@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 
 namespace attn {
 namespace {

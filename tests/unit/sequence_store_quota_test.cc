@@ -1,5 +1,5 @@
 // Unit tests of the sequence store's per-identity accounting (kv_cache/sequence_store.h with
-// security/identity_quota.h): forks count shared pages once; release, truncation, copy-on-write
+// kv_cache/identity_quota.h): forks count shared pages once; release, truncation, copy-on-write
 // and eviction keep it exact and bring it back to 0; limits refuse without harming stored
 // sequences; eviction and expiry credit the victim's identity. No network, no device.
 #include <gtest/gtest.h>
@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/extend_step.h"
+#include "backends/paged/cpu_paged_attention.h"
+#include "backends/paged/extend_step.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "memory/host_pool.h"
-#include "security/identity_quota.h"
+#include "device/host_pool.h"
+#include "kv_cache/identity_quota.h"
 
 namespace attn::security {
 namespace {

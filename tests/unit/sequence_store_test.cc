@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "kv_cache/cpu_paged_attention.h"
-#include "kv_cache/extend_step.h"
+#include "backends/paged/cpu_paged_attention.h"
+#include "backends/paged/extend_step.h"
+#include "device/host_pool.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_id.h"
-#include "memory/host_pool.h"
 
 namespace attn {
 namespace {

@@ -1,5 +1,6 @@
 # Unit tests for the runtime's pure logic (validation, registry, allocator, worker pool,
-# the Unix-socket listen helpers, the NVIDIA driver check, the GetLoad report).
+# the Unix-socket listen helpers, the NVIDIA driver check, the GetLoad report, the device
+# fault latch).
 if(ATTN_SERVER)
   add_executable(server_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/attend_validator_test.cc
@@ -7,6 +8,7 @@ if(ATTN_SERVER)
     ${CMAKE_CURRENT_LIST_DIR}/client_text_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/driver_check_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/load_report_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/fault_latch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/range_allocator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sequence_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/wide_window_test.cc

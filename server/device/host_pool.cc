@@ -1,4 +1,4 @@
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 
 #include <sys/mman.h>
 

@@ -8,16 +8,17 @@
 // transfer, enqueues the kernels on a stream and copies the outputs back, then synchronises
 // once. Batched steps (AppendBatch/AttendBatch, continuous batching) do the same for many
 // sequences at once, and AppendAttendBatch does a batch's appends and attention in that one
-// round trip. Calls run on lanes (a stream, its timing events and its pinned buffer each): a
-// call takes a free lane, so calls from different batch threads overlap on the device and with
-// each other's host work; one call holds its lane until its outputs are copied out. Prefill steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages
-// run in one fused paged launch (FusedPagedRun, varlen over those steps, bottom-right causal:
-// the T rows are the last T of kv_len keys), the other steps in one decode launch; both share
-// the call's upload and download (AttendSplit, kv_cache/attend_split.h). With FP8 pages a
-// prefill is cut into chunks of at most 64 query rows that run as separate rows of the decode
-// launch: chunk [r0, r1) of a T-token step over kv_len keys attends the first kv_len - T + r1
-// keys with bottom-right alignment, which is exactly the rows' bottom-right causal mask
-// (DESIGN.md §4).
+// round trip. Calls run on lanes (device/lane.h: a stream, its timing events and its pinned
+// buffer each, one fault latch for all): a call takes a free lane, so calls from different
+// batch threads overlap on the device and with each other's host work; one call holds its lane
+// until its outputs are copied out. The layout, packing and launches are gpu_paged_jobs.h. Prefill
+// steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages run in one fused paged launch
+// (FusedPagedRun, varlen over those steps, bottom-right causal: the T rows are the last T of kv_len
+// keys), the other steps in one decode launch; both share the call's upload and download
+// (AttendSplit, backends/paged/attend_split.h). With FP8 pages a prefill is cut into chunks of at
+// most 64 query rows that run as separate rows of the decode launch: chunk [r0, r1) of a T-token
+// step over kv_len keys attends the first kv_len - T + r1 keys with bottom-right alignment, which
+// is exactly the rows' bottom-right causal mask (DESIGN.md §4).
 //
 // What it serves (SupportsSequence): q/k/v fp16 or bf16, pages of the same dtype or FP8 E4M3,
 // head dim 64 or 128, page sizes that are powers of two. Anything else is refused at
@@ -30,19 +31,19 @@
 // stream before returning, so a step's next call sees its appends whatever lane it runs on.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
-#include "kv_cache/paged_attention_backend.h"
-#include "memory/device_pool.h"
+#include "backends/paged/paged_attention_backend.h"
+#include "device/device_pool.h"
+#include "device/lane.h"
 
 namespace attn {
+
+/// The paged backend "paged-gpu": see the file comment.
+struct PagedAppendJob;
+struct PagedAttendJob;
 
 class GpuPagedAttention final : public PagedAttentionBackend {
  public:
@@ -58,6 +59,7 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   ~GpuPagedAttention() override;
 
   const std::string &name() const override { return name_; }
+  const std::string &device() const override { return device_name_; }
   Status SupportsSequence(kernels::DType dtype, kernels::DType kv_dtype, int64_t num_heads,
                           int64_t num_kv_heads, int64_t head_dim) const override;
   Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,
@@ -86,52 +88,17 @@ class GpuPagedAttention final : public PagedAttentionBackend {
                     int64_t count, LaunchTimes *times = nullptr);
 
  private:
-  struct Lane;
-  struct AppendJob;
-  struct AttendJob;
+  struct PackedTrip;
   GpuPagedAttention(int device, DevicePool *pool);
-  /// INTERNAL when a device fault was seen (the first cause), else Ok.
-  Status Faulted() const;
-  void SetFault(const std::string &what);
-  /// Ok for cudaSuccess; else marks the object faulted and returns INTERNAL naming `what`.
-  Status Check(cudaError_t err, const char *what);
-  /// Handles a kernel launch that returned `s` (not ok): waits for the lane's stream, marks the
-  /// object faulted on INTERNAL, returns `s`. Called with the lane held.
-  Status LaunchFailed(Lane *lane, const Status &s);
-  /// Takes a free lane (round robin from a rotating start), else waits for one; *out is the
-  /// lane the returned lock holds.
-  std::unique_lock<std::mutex> AcquireLane(Lane **out);
-  /// Makes the lane's pinned staging buffer at least `bytes` long. Called with the lane held.
-  static Status ReservePinned(Lane *lane, uint64_t bytes);
-  /// After the lane's stream synchronised: adds the intervals between its four events (before
-  /// the upload, after it, after the kernels, after the download) to `times` (null: no-op).
-  static void AddEventTimes(Lane *lane, LaunchTimes *times);
-  /// Checks an append call and lays out its staging region (j.B == 0: nothing to append).
-  Status LayoutAppend(PagedAppendItem *items, size_t n, AppendJob *job) const;
-  static void PackAppend(const AppendJob &j, char *h);
-  static Status LaunchAppend(const AppendJob &j, char *d, cudaStream_t stream);
-  static void FinishAppend(const AppendJob &j, const char *h);
-  /// Checks an attention call, splits it over its launches, plans them and lays out its region.
-  Status LayoutAttend(const PagedLayerView *layers, const PagedQuery *queries, void *const *outs,
-                      int64_t count, AttendJob *job) const;
-  static void PackAttend(const AttendJob &j, char *h);
-  static Status LaunchAttend(const AttendJob &j, char *d, cudaStream_t stream);
-  static void FinishAttend(const AttendJob &j, const char *h);
-  /// One round trip on a lane: pack, upload, the append's then the attention's launches,
-  /// download, sync, copy out. Either job may be null (not both).
-  Status Run(AppendJob *a, AttendJob *t, LaunchTimes *times);
+  /// One round trip on a free lane: pack, upload, the append's then the attention's launches,
+  /// download, sync, copy out. Either job may be null or empty (not both).
+  Status Run(PagedAppendJob *a, PagedAttendJob *t, LaunchTimes *times);
 
-  const std::string name_ = "gpu";
+  const std::string name_ = "paged-gpu";
+  const std::string device_name_ = "gpu";
   const int device_;
   DevicePool *const pool_;
-  std::vector<std::unique_ptr<Lane>> lanes_;
-  std::atomic<size_t> next_lane_{0};
-  mutable std::mutex fault_mu_;
-  bool faulted_ = false;
-  std::string fault_;
+  LaneSet lanes_;
 };
-
-/// Rounds `n` up to a multiple of 256 (the alignment of every packed segment).
-inline uint64_t AlignSegment(uint64_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace attn

@@ -1,4 +1,4 @@
-#include "kv_cache/extend_batch.h"
+#include "backends/paged/extend_batch.h"
 
 #include <algorithm>
 #include <chrono>

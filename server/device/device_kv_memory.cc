@@ -1,4 +1,4 @@
-#include "memory/device_kv_memory.h"
+#include "device/device_kv_memory.h"
 
 #include <cuda_runtime.h>
 

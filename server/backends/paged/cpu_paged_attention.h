@@ -1,4 +1,4 @@
-// PagedAttentionBackend on the host: appends and gathers through
+// The paged backend on the host ("paged-cpu"): appends and gathers through
 // kernels/cpu/paged_kv_cpu and attends with the CPU reference
 // (kernels::CpuAttention, bottom-right causal). When the cache dtype equals q's
 // dtype the gathered K/V are bit-identical to what was sent, so the result
@@ -9,15 +9,17 @@
 
 #include <string>
 
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/paged_attention_backend.h"
 
 namespace attn {
 
+/// The paged backend "paged-cpu": see the file comment.
 class CpuPagedAttention final : public PagedAttentionBackend {
  public:
   /// `cpu_threads`: threads one Attend may use (0: hardware concurrency).
   explicit CpuPagedAttention(int cpu_threads) : cpu_threads_(cpu_threads) {}
   const std::string &name() const override { return name_; }
+  const std::string &device() const override { return device_; }
   Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,
                 const void *v, kernels::DType src_dtype, int64_t *saturations) override;
   Status CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,
@@ -26,7 +28,8 @@ class CpuPagedAttention final : public PagedAttentionBackend {
 
  private:
   const int cpu_threads_;
-  const std::string name_ = "cpu";
+  const std::string name_ = "paged-cpu";
+  const std::string device_ = "cpu";
 };
 
 }  // namespace attn

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "attn/kernels/status.h"
-#include "memory/kv_memory.h"
+#include "device/kv_memory.h"
 
 namespace attn {
 

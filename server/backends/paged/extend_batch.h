@@ -19,8 +19,8 @@
 #include <string>
 
 #include "attn/kernels/status.h"
-#include "kv_cache/extend_step.h"
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/extend_step.h"
+#include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
 
 namespace attn {

@@ -1,8 +1,10 @@
-// The compute behind stateful sequences: append new K/V into a layer's pages
-// and attend over them. Two implementations share the page format: the CPU one
-// (CpuPagedAttention, pages in host memory) and the GPU one (GpuPagedAttention,
-// pages in device memory, kernels/decode/). Pointers in PagedLayerView.pool are
-// where the pages live; block tables, scales and q/k/v/o are host memory.
+// The compute behind stateful sequences, the paged backends (DESIGN.md §5, §7): append new K/V
+// into a layer's pages and attend over them. Two implementations share the page format: the CPU
+// one ("paged-cpu", CpuPagedAttention, pages in host memory) and the GPU one ("paged-gpu",
+// GpuPagedAttention, pages in device memory, kernels/decode/). The name is what a sequence
+// step's ExecutionReport.backend says; device() ("cpu" or "gpu") is its ExecutionReport.device.
+// Pointers in PagedLayerView.pool are where the pages live; block tables, scales and q/k/v/o
+// are host memory. The pages themselves (pools, block tables, sequences) are kv_cache/.
 // Thread-safety: implementations must allow concurrent calls on different
 // sequences.
 #pragma once
@@ -74,10 +76,14 @@ struct LaunchTimes {
   }
 };
 
+/// A paged backend: see the file comment.
 class PagedAttentionBackend {
  public:
   virtual ~PagedAttentionBackend() = default;
+  /// The backend's name ("paged-cpu", "paged-gpu"), reported for every step it ran.
   virtual const std::string &name() const = 0;
+  /// Where the pages live and the steps run: "cpu" or "gpu".
+  virtual const std::string &device() const = 0;
   /// Ok when sequences of this configuration (q/k/v `dtype`, pages of `kv_dtype`, N query
   /// heads, K kv heads, head dim H) can be served; otherwise FAILED_PRECONDITION with the
   /// reason, returned by CreateSequence before anything is stored. Default: everything.

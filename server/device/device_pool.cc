@@ -1,4 +1,4 @@
-#include "memory/device_pool.h"
+#include "device/device_pool.h"
 
 #include <cuda_runtime.h>
 

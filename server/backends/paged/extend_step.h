@@ -18,38 +18,11 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/paged_attention_backend.h"
+#include "kv_cache/extend_args.h"
 #include "kv_cache/sequence_store.h"
 
 namespace attn {
-
-/// A decoded Extend request; pointers alias the request's bytes.
-struct ExtendArgs {
-  std::string sequence_id;
-  int32_t layer = 0;
-  int64_t position = 0;
-  kernels::DType q_dtype = kernels::DType::kFloat32, k_dtype = q_dtype, v_dtype = q_dtype;
-  std::array<int64_t, 3> q_shape{}, k_shape{}, v_shape{};  ///< (T,N,H), (T,K,H), (T,K,H)
-  const void *q = nullptr;
-  const void *k = nullptr;
-  const void *v = nullptr;
-  size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;
-};
-
-struct ExtendOutcome {
-  int64_t length = 0;  ///< layer length after the step
-  bool replayed = false;
-  int64_t kv_len = 0;     ///< keys attended
-  /// Device time of the launches the step ran in (append + attention kernels; a batched
-  /// step reports its whole launch group's), and of their host->device / device->host copies,
-  /// in µs (LaunchTimes; host wall time of the computation on the CPU path). 0 for replays.
-  int64_t kernel_us = 0;
-  int64_t h2d_us = 0;
-  int64_t d2h_us = 0;
-  int32_t num_heads = 0;
-  int32_t head_dim = 0;
-  kernels::DType dtype = kernels::DType::kFloat32;
-};
 
 /// Runs the step for `owner`; on success `o` holds the (T, N, H) output bytes.
 /// Same as PrepareExtend + Append + Attend + CommitExtend (AbortExtend on failure).
@@ -60,7 +33,7 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
 /// layer's block table already covers the new tokens (pages taken, a shared partial page
 /// copied), nothing is written yet. `append` and `attend` describe the compute still to do
 /// (their pointers refer into this object and the sequence: keep both alive and unmoved).
-/// Used by the batched executor (kv_cache/extend_batch.h) to run many steps in one launch.
+/// Used by the batched executor (backends/paged/extend_batch.h) to run many steps in one launch.
 struct PreparedExtend {
   LockedSequence locked;
   bool replayed = false;   ///< an exact replay: `o` is already filled, nothing to compute

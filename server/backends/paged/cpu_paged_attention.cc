@@ -1,4 +1,4 @@
-#include "kv_cache/cpu_paged_attention.h"
+#include "backends/paged/cpu_paged_attention.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "security/identity_quota.h"
+#include "kv_cache/identity_quota.h"
 
 #include "common/client_text.h"
 

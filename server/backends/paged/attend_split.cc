@@ -1,4 +1,4 @@
-#include "kv_cache/attend_split.h"
+#include "backends/paged/attend_split.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "memory/kv_memory.h"
+#include "device/kv_memory.h"
 
 namespace attn {
 

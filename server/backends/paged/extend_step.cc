@@ -1,4 +1,4 @@
-#include "kv_cache/extend_step.h"
+#include "backends/paged/extend_step.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "memory/range_allocator.h"
+#include "device/range_allocator.h"
 
 #include <string>
 

@@ -10,10 +10,10 @@
 #include "backends/backend_factory.h"
 #include "config/server_config.h"
 #include "kv_cache/page_pool.h"
-#include "kv_cache/paged_attention_backend.h"
+#include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
 #include "kv_cache/ttl_sweeper.h"
-#include "memory/kv_memory.h"
+#include "device/kv_memory.h"
 
 namespace attn {
 

@@ -1,16 +1,16 @@
-#include "kv_cache/kv_runtime.h"
+#include "backends/paged/kv_runtime.h"
 
 #include <spdlog/spdlog.h>
 
 #include <string>
 
-#include "kv_cache/cpu_paged_attention.h"
+#include "backends/paged/cpu_paged_attention.h"
 #include "kv_cache/sequence_id.h"
-#include "memory/host_pool.h"
+#include "device/host_pool.h"
 #if defined(ATTN_HAVE_CUDA)
 #include "backends/gpu_context.h"
-#include "kv_cache/gpu_paged_attention.h"
-#include "memory/device_kv_memory.h"
+#include "backends/paged/gpu_paged_attention.h"
+#include "device/device_kv_memory.h"
 #endif
 
 namespace attn {

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "attn/kernels/status.h"
-#include "memory/device_pool.h"
-#include "memory/kv_memory.h"
+#include "device/device_pool.h"
+#include "device/kv_memory.h"
 
 namespace attn {
 

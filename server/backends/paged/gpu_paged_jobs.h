@@ -1,0 +1,71 @@
+// The pieces of one GPU paged call's round trip (GpuPagedAttention, DESIGN.md §7): where an
+// append batch's and an attention batch's inputs and outputs sit in the call's staging region
+// (Layout*), packing them into the lane's pinned buffer (Pack*), the kernel launches on the
+// device copy (Launch*) and copying results out (Finish*). Every segment is 256-byte aligned.
+// CUDA builds only. Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attn/kernels/fused_attention.h"
+#include "attn/kernels/paged_decode.h"
+#include "backends/paged/attend_split.h"
+#include "backends/paged/paged_attention_backend.h"
+
+namespace attn {
+
+/// Rounds `n` up to a multiple of 256 (the alignment of every packed segment).
+inline uint64_t AlignSegment(uint64_t n) { return (n + 255) / 256 * 256; }
+
+/// Where one AppendBatch's inputs sit in its region of the staging buffer (offsets from the
+/// region's start; the whole region is uploaded, saturation counters included as zeros).
+struct PagedAppendJob {
+  PagedAppendItem *items = nullptr;
+  int64_t B = 0, K = 0, row_bytes = 0, max_new = 1, max_blocks = 1, launches = 0;
+  bool fp8 = false;
+  kernels::DType src = kernels::DType::kBFloat16;
+  uint64_t at_k = 0, at_v = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0, at_sat = 0,
+           bytes = 0;
+};
+
+/// Where one attention call's inputs and outputs sit in its region: [0, upload) is uploaded;
+/// o and the split-KV workspace follow on the device only; o comes back over q.
+struct PagedAttendJob {
+  const PagedLayerView *layers = nullptr;
+  const PagedQuery *queries = nullptr;
+  void *const *outs = nullptr;
+  int64_t count = 0, K = 0, max_blocks = 1, row_bytes = 0;
+  bool fp8 = false;
+  AttendSplit split;
+  kernels::PagedDecodePlan plan;  // when split.decode_entries > 0
+  kernels::FusedPagedPlan pplan;  // when split.prefill_entries > 0
+  uint64_t qo_bytes = 0, at_q = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0,
+           at_pbt = 0, at_plen = 0, at_poff = 0, upload = 0, at_o = 0, at_ws = 0, bytes = 0;
+};
+
+/// Checks an append call (one KV layout class and source dtype, non-negative starts and counts)
+/// and lays out its staging region (job->B == 0: nothing to append). Errors: INVALID_ARGUMENT.
+Status LayoutAppend(PagedAppendItem *items, size_t n, PagedAppendJob *job);
+/// Packs the append's inputs into `h` (its region of the staging buffer).
+void PackAppend(const PagedAppendJob &j, char *h);
+/// Enqueues the append launches on `stream` over the device copy `d` of the region.
+Status LaunchAppend(const PagedAppendJob &j, char *d, cudaStream_t stream);
+/// Adds the FP8 saturation counts downloaded into `h` to their items.
+void FinishAppend(const PagedAppendJob &j, const char *h);
+
+/// Checks an attention call (one layout class, dtype, query heads and scale; 1 <= T <= kv_len),
+/// splits it over its launches (AttendSplit), plans them for CUDA device `device` and lays out
+/// its region. Errors: INVALID_ARGUMENT; the kernels' planning errors.
+Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
+                    void *const *outs, int64_t count, PagedAttendJob *job);
+/// Packs q, block tables, lengths, offsets and FP8 scales into `h`.
+void PackAttend(const PagedAttendJob &j, char *h);
+/// Enqueues the decode launch and the fused paged launch (either may be empty) on `stream`.
+Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream);
+/// Copies each step's output rows out of `h` (downloaded over q) to its caller's buffer.
+void FinishAttend(const PagedAttendJob &j, const char *h);
+
+}  // namespace attn

@@ -1,0 +1,137 @@
+// A lane: the one unit every GPU executor moves bytes and launches work with (DESIGN.md §2,
+// §7). A lane is a CUDA stream, four timing events and a pinned host staging buffer; it shares
+// its owner's FaultLatch. One round trip on a lane (RoundTrip) is, in stream order:
+//
+//   pack (host) -> event 0 -> upload (H2D) -> event 1 -> launch -> event 2 -> download (D2H)
+//   -> event 3 -> synchronise -> times from the events -> finish (host, copies out)
+//
+// so the times of the copies and of the kernels come from CUDA events on the one stream. A
+// LaneSet holds the lanes of one executor; a call takes a free one (Acquire) and holds it from
+// packing its inputs until its outputs are copied out, so calls on different lanes overlap.
+// Callers may pack request bytes straight into the held lane's staging (staging()), which is
+// what lets a caller do one host copy each way.
+// CUDA builds only. Thread-safety: a Lane is used by the one caller that holds its lease;
+// LaneSet::Acquire is thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attn/kernels/status.h"
+#include "device/fault_latch.h"
+
+namespace attn {
+
+/// Device time of one round trip's phases, in milliseconds (CUDA events, ~0.5 µs resolution).
+struct LaneTimes {
+  float h2d_ms = 0.f;
+  float kernel_ms = 0.f;
+  float d2h_ms = 0.f;
+};
+
+class Lane;
+
+/// The four steps of one round trip, implemented by each executor (see the file comment).
+/// Upload/Launch/Download enqueue on the lane's stream; Pack and Finish are host work.
+class RoundTrip {
+ public:
+  virtual ~RoundTrip() = default;
+  /// Host work before the first event (e.g. packing inputs into lane.staging()).
+  virtual void Pack(Lane& lane) { (void)lane; }
+  /// Enqueues the host-to-device copies (use lane.Check on every CUDA call).
+  virtual Status Upload(Lane& lane) = 0;
+  /// Enqueues the kernels. INVALID_ARGUMENT: refused, the device stays healthy; INTERNAL: a
+  /// device fault (latched).
+  virtual Status Launch(Lane& lane) = 0;
+  /// Enqueues the device-to-host copies.
+  virtual Status Download(Lane& lane) = 0;
+  /// After the stream synchronised: copies outputs out of staging to the caller.
+  virtual void Finish(Lane& lane) { (void)lane; }
+};
+
+class Lane {
+ public:
+  /// Makes a stream and four events on `device` and pins `staging_bytes` (0: no staging).
+  /// `growable`: ReserveStaging may grow the buffer (by doubling). `latch` (not owned,
+  /// outlives the lane) is the owner's fault latch; `who` names the owner in errors.
+  /// Errors: INTERNAL when the stream or an event cannot be made; RESOURCE_EXHAUSTED when the
+  /// staging buffer cannot be pinned.
+  static StatusOr<std::unique_ptr<Lane>> Create(int device, uint64_t staging_bytes, bool growable,
+                                                FaultLatch* latch, const std::string& who);
+  ~Lane();
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+  /// Pinned host staging buffer (null when staging_bytes() is 0).
+  char* staging() const { return staging_; }
+  uint64_t staging_bytes() const { return staging_bytes_; }
+  bool growable() const { return growable_; }
+  /// Makes staging at least `bytes` long (doubling from max(current, 1 MiB)); the contents are
+  /// lost when it grows. Errors: RESOURCE_EXHAUSTED when pinning fails or the lane is not
+  /// growable and too small.
+  Status ReserveStaging(uint64_t bytes);
+
+  /// Ok for cudaSuccess; else clears CUDA's last error, latches "what: error" and returns
+  /// INTERNAL (the latch's error prefix + cause).
+  Status Check(cudaError_t err, const char* what);
+  /// Runs `trip` (see the file comment; cudaSetDevice(device) first); `times` (may be null)
+  /// gets the event times. A Launch error waits for the stream (so the caller's buffers may go
+  /// back) and latches when INTERNAL. The caller checks the latch (FaultLatch::Faulted) before
+  /// it allocates the trip's device buffers. Errors: as the steps return; INTERNAL naming the
+  /// CUDA call for a failed event, copy or synchronisation (latched).
+  Status Run(RoundTrip& trip, LaneTimes* times);
+
+ private:
+  Lane(int device, bool growable, FaultLatch* latch, std::string who)
+      : device_(device), growable_(growable), latch_(latch), who_(std::move(who)) {}
+  Status Record(int i);
+
+  const int device_;
+  const bool growable_;
+  FaultLatch* const latch_;
+  const std::string who_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
+  char* staging_ = nullptr;
+  uint64_t staging_bytes_ = 0;
+};
+
+/// A held lane: the lane and the lock that keeps it the caller's.
+struct LaneLease {
+  Lane* lane = nullptr;
+  std::unique_lock<std::mutex> lock;
+};
+
+/// The lanes of one executor and the fault latch they share.
+class LaneSet {
+ public:
+  /// See FaultLatch for the two prefixes.
+  LaneSet(std::string error_prefix, std::string faulted_prefix)
+      : latch_(std::move(error_prefix), std::move(faulted_prefix)) {}
+  /// Adds `count` lanes (>= 1) made by Lane::Create with these arguments. Call before use.
+  Status Add(int count, int device, uint64_t staging_bytes, bool growable, const std::string& who);
+  /// Takes a free lane (trying each once from a rotating start), else waits for one.
+  LaneLease Acquire();
+  FaultLatch& latch() { return latch_; }
+  const FaultLatch& latch() const { return latch_; }
+  size_t size() const { return lanes_.size(); }
+
+ private:
+  struct Slot {
+    std::mutex mu;
+    std::unique_ptr<Lane> lane;
+  };
+  FaultLatch latch_;
+  std::vector<std::unique_ptr<Slot>> lanes_;
+  std::atomic<size_t> next_{0};
+};
+
+}  // namespace attn

@@ -1,0 +1,44 @@
+// A decoded Extend step and what it did: the request types shared by validation (which decodes
+// them), the step executor (backends/paged/extend_step.h, which runs them) and the services.
+// Plain data; no compute.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attn/kernels/attention_problem.h"
+
+namespace attn {
+
+/// A decoded Extend request; pointers alias the request's bytes.
+struct ExtendArgs {
+  std::string sequence_id;
+  int32_t layer = 0;
+  int64_t position = 0;
+  kernels::DType q_dtype = kernels::DType::kFloat32, k_dtype = q_dtype, v_dtype = q_dtype;
+  std::array<int64_t, 3> q_shape{}, k_shape{}, v_shape{};  ///< (T,N,H), (T,K,H), (T,K,H)
+  const void *q = nullptr;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;
+};
+
+/// What one Extend step did, filled by the step executor (backends/paged/extend_step.h).
+struct ExtendOutcome {
+  int64_t length = 0;  ///< layer length after the step
+  bool replayed = false;
+  int64_t kv_len = 0;  ///< keys attended
+  /// Device time of the launches the step ran in (append + attention kernels; a batched
+  /// step reports its whole launch group's), and of their host->device / device->host copies,
+  /// in µs (LaunchTimes; host wall time of the computation on the CPU path). 0 for replays.
+  int64_t kernel_us = 0;
+  int64_t h2d_us = 0;
+  int64_t d2h_us = 0;
+  int32_t num_heads = 0;
+  int32_t head_dim = 0;
+  kernels::DType dtype = kernels::DType::kFloat32;
+};
+
+}  // namespace attn
