@@ -33,7 +33,7 @@
 #include "kv_cache/sequence_store.h"
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
-#include "metrics/shadow_checker.h"
+#include "service/shadow_checker.h"
 #include "security/server_security.h"
 #include "service/attention_service.h"
 #include "service/load_report.h"
@@ -337,7 +337,10 @@ int Run(const attn::ServerConfig& config, const sigset_t& signals) {
     return code;
   }
   // TLS / mTLS credentials, token file, per-request limits (server/security/): bad files exit 2.
-  auto security = attn::security::BuildServerSecurity(config);
+  auto security = attn::security::BuildServerSecurity(
+      {config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file,
+       config.auth_token_file, config.max_tensor_elements, config.listen_address,
+       config.metrics_address});
   if (!security.ok()) {
     spdlog::critical("{}", security.status().ToString());
     return 2;

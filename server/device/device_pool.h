@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "attn/kernels/status.h"
-#include "device/range_allocator.h"
+#include "common/range_allocator.h"
 
 namespace attn {
 

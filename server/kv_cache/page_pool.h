@@ -19,7 +19,7 @@
 #include "attn/kernels/paged_kv.h"
 #include "attn/kernels/status.h"
 #include "kv_cache/sub_pool.h"
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 

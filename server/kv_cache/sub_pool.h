@@ -29,7 +29,7 @@
 
 #include "attn/kernels/paged_kv.h"
 #include "attn/kernels/status.h"
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 

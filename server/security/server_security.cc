@@ -16,7 +16,7 @@ bool IsLoopback(const std::string& address) {
 
 }  // namespace
 
-StatusOr<ServerSecurity> BuildServerSecurity(const ServerConfig& config) {
+StatusOr<ServerSecurity> BuildServerSecurity(const SecurityOptions& config) {
   const TlsFiles files{config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file};
   auto credentials = MakeServerCredentials(files);
   if (!credentials.ok()) return credentials.status();

@@ -8,7 +8,7 @@
 #include "batching/attend_coalescer.h"
 #include "common/client_text.h"
 #include "metrics/metrics.h"
-#include "metrics/shadow_checker.h"
+#include "service/shadow_checker.h"
 #include "service/cancellable_reactor.h"
 #include "service/load_report.h"
 #include "validation/work_bound.h"

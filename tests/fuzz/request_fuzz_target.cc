@@ -41,7 +41,7 @@
 #include "backends/paged/extend_step.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 #include "validation/attend_validator.h"
 #include "validation/sequence_validator.h"
 #include "validation/work_bound.h"

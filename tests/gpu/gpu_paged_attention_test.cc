@@ -30,9 +30,9 @@
 #include "backends/paged/gpu_paged_attention.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "device/device_kv_memory.h"
+#include "backends/paged/device_kv_memory.h"
 #include "device/device_pool.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

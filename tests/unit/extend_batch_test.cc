@@ -17,7 +17,7 @@
 
 #include "backends/paged/cpu_paged_attention.h"
 #include "kv_cache/page_pool.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

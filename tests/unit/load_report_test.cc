@@ -11,7 +11,7 @@
 
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

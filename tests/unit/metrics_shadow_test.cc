@@ -1,4 +1,4 @@
-// Shadow checking (server/metrics/shadow_checker.h): the deterministic sampler, the relative
+// Shadow checking (server/service/shadow_checker.h): the deterministic sampler, the relative
 // error and tolerance logic, and the checker end to end on the cpu reference (correct output,
 // corrupted output, full queue).
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include "attn/kernels/cpu_attention.h"
 #include "attn/kernels/host_dtype.h"
 #include "metrics/metrics.h"
-#include "metrics/shadow_checker.h"
+#include "service/shadow_checker.h"
 
 namespace attn::metrics {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

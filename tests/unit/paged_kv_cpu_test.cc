@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kv_cache/page_pool.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

@@ -14,7 +14,7 @@
 #include "backends/paged/extend_step.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 #include "kv_cache/identity_quota.h"
 
 namespace attn::security {

@@ -15,7 +15,7 @@
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
 #include "kv_cache/ttl_sweeper.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 namespace attn {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "backends/paged/cpu_paged_attention.h"
 #include "backends/paged/extend_step.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_id.h"
 

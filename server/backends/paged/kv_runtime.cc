@@ -6,11 +6,11 @@
 
 #include "backends/paged/cpu_paged_attention.h"
 #include "kv_cache/sequence_id.h"
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 #if defined(ATTN_HAVE_CUDA)
 #include "backends/gpu_context.h"
 #include "backends/paged/gpu_paged_attention.h"
-#include "device/device_kv_memory.h"
+#include "backends/paged/device_kv_memory.h"
 #endif
 
 namespace attn {

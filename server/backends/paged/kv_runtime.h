@@ -13,7 +13,7 @@
 #include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"
 #include "kv_cache/ttl_sweeper.h"
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 

@@ -8,7 +8,7 @@
 
 #include "attn/kernels/status.h"
 #include "device/device_pool.h"
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 

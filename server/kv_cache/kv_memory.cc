@@ -1,4 +1,4 @@
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "attn/kernels/status.h"
-#include "device/range_allocator.h"
+#include "common/range_allocator.h"
 
 namespace attn {
 

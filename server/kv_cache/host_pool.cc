@@ -1,4 +1,4 @@
-#include "device/host_pool.h"
+#include "kv_cache/host_pool.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "metrics/shadow_checker.h"
+#include "service/shadow_checker.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>

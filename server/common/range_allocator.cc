@@ -1,4 +1,4 @@
-#include "device/range_allocator.h"
+#include "common/range_allocator.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "device/device_kv_memory.h"
+#include "backends/paged/device_kv_memory.h"
 
 #include <cuda_runtime.h>
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "attn/kernels/status.h"
-#include "device/kv_memory.h"
+#include "kv_cache/kv_memory.h"
 
 namespace attn {
 
