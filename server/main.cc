@@ -42,7 +42,7 @@
 #include "service/load_report.h"
 #include "service/replica_tag_header.h"
 #include "service/sequence_service.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 #include "version.h"
 
 namespace {

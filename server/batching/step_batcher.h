@@ -32,7 +32,7 @@
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
 #include "batching/batch_scheduler.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 #include "kv_cache/extend_batch.h"
 #include "kv_cache/extend_step.h"
 #include "kv_cache/paged_attention_backend.h"

@@ -35,7 +35,7 @@
 #include "batching/batch_scheduler.h"
 #include "config/server_config.h"
 #include "security/call_gate.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 #include "service/write_watchdog.h"
 #include "validation/attend_validator.h"
 

@@ -34,7 +34,7 @@
 #include "kv_cache/sequence_store.h"
 #include "metrics/metrics.h"
 #include "security/call_gate.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 
 namespace attn {
 
