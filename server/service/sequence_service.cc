@@ -9,8 +9,9 @@
 #include <utility>
 
 #include "kv_cache/extend_step.h"
-#include "service/attention_service.h"
 #include "service/cancellable_reactor.h"
+#include "service/extend_response.h"
+#include "service/grpc_status.h"
 #include "validation/attend_validator.h"
 #include "validation/sequence_validator.h"
 
@@ -144,21 +145,30 @@ void SequenceServiceImpl::SetMetrics(metrics::Metrics *metrics) {
 
 void SequenceServiceImpl::InstrumentStep(metrics::Method method, StepRequest *r) const {
   if (metrics_ == nullptr) return;
-  r->done = [m = metrics_, b = metrics_backend_, method, response = r->response,
-             received = r->received, done = std::move(r->done)](const Status &s, bool ran) {
-    m->ObserveStep(method, s.ok(), std::chrono::duration<double>(Clock::now() - received).count());
-    if (s.ok() && ran) {
-      const auto &t = response->report().times();
-      m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(t.decode_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(t.queue_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kHostToDevice,
-                      static_cast<double>(t.host_to_device_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(t.kernel_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kDeviceToHost,
-                      static_cast<double>(t.device_to_host_us()) * 1e-6);
+  r->done = [m = metrics_, b = metrics_backend_, method, received = r->received,
+             done = std::move(r->done)](StepResult &&result) {
+    m->ObserveStep(method, result.status.ok(),
+                   std::chrono::duration<double>(Clock::now() - received).count());
+    if (result.status.ok() && result.ran) {
+      const ExtendOutcome &out = result.outcome;
+      m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(result.decode_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(result.queue_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kHostToDevice, static_cast<double>(out.h2d_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(out.kernel_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kDeviceToHost, static_cast<double>(out.d2h_us) * 1e-6);
     }
-    done(s, ran);
+    done(std::move(result));
   };
+}
+
+StepRequest SequenceServiceImpl::NewStep(grpc::CallbackServerContext *context,
+                                         const std::string &owner, ExtendArgs args) {
+  StepRequest r;
+  r.cancelled = [context] { return context->IsCancelled(); };
+  r.deadline = context->deadline();
+  r.owner = owner;
+  r.args = std::move(args);
+  return r;
 }
 
 template <typename Fn>
@@ -238,12 +248,12 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
     finish(args.status());
     return reactor;
   }
-  std::vector<StepRequest> steps(1);
-  steps[0].context = context;
-  steps[0].owner = owner;
-  steps[0].args = std::move(*args);
-  steps[0].response = response;
-  steps[0].done = [finish](const Status &s, bool) { finish(s); };
+  std::vector<StepRequest> steps;
+  steps.push_back(NewStep(context, owner, std::move(*args)));
+  steps[0].done = [this, finish, response, received = steps[0].received](StepResult &&r) {
+    if (r.status.ok()) FillExtendResponse(r, backend_->name(), received, response);
+    finish(r.status);
+  };
   InstrumentStep(metrics::Method::kExtend, &steps[0]);
   if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
   return reactor;
@@ -295,16 +305,18 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
       pending->any_result = true;
       continue;
     }
-    StepRequest r;
-    r.context = context;
-    r.owner = owner;
-    r.args = std::move(*args);
-    r.response = result->mutable_response();
-    r.done = [pending, result, finish, set_error](const Status &s, bool ran) {
-      if (!s.ok()) set_error(result, s);
+    StepRequest r = NewStep(context, owner, std::move(*args));
+    r.done = [this, pending, result, finish, set_error,
+              received = r.received](StepResult &&step) {
+      const Status &s = step.status;
+      if (s.ok()) {
+        FillExtendResponse(step, backend_->name(), received, result->mutable_response());
+      } else {
+        set_error(result, s);
+      }
       {
         std::lock_guard<std::mutex> lock(pending->mu);
-        if (ran) {
+        if (step.ran) {
           pending->any_result = true;
         } else if (pending->dropped.ok()) {
           pending->dropped = s;
