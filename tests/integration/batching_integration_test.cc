@@ -1,9 +1,9 @@
 // Integration: dynamic batching (DESIGN.md §8) on the real attention-server binary.
-// - Attend under concurrency gives bitwise the same outputs with batching on
-//   (--max-queue-delay-us so batches form, one executor thread) and off
-//   (--max-batch-requests=1), and batches of more than one call really happen.
-// - Sequence steps from Extend, ExtendBatch and ExtendStream batch across RPCs and give the
-//   same outputs as unbatched.
+// - Attend under concurrency gives bitwise the same outputs with batching on (a batch runs
+//   exactly when it holds --max-batch-requests calls: the delay is 60 s; one executor thread)
+//   and off (--max-batch-requests=1), and every call reports the batch of 8 it ran in.
+// - Sequence steps from Extend, ExtendBatch and ExtendStream batch across RPCs (each launch
+//   holds one step of each of the six sequences) and give the same outputs as unbatched.
 // - Chaos: a full queue (RESOURCE_EXHAUSTED with the numbers), calls cancelled while queued,
 //   1 µs deadlines, a stream whose client vanishes while its step is queued; every RPC ends
 //   with exactly one status; afterwards the queue is empty (GetLoad), KV pages are back to
@@ -91,8 +91,13 @@ bool WaitQueued(ServerProcess* server, int64_t want) {
 }
 
 TEST(Batching, AttendSameResultsWithBatchingOnAndOffUnderConcurrency) {
-  ServerProcess on({"--default-backend", "cpu", "--max-queue-delay-us", "30000",
-                    "--batch-threads", "1", "--cpu-threads", "1", "--metrics-address", ""});
+  // Batching on, deterministically: 16 callers, 8 per signature (request i's signature is i's
+  // parity, and caller t sends t, t + 16, t + 32), each with one call in flight; a batch runs
+  // only when it holds 8 calls (the 60 s delay never ends in time), so every call runs in a
+  // batch of exactly 8, whatever the timing.
+  ServerProcess on({"--default-backend", "cpu", "--max-queue-delay-us", "60000000",
+                    "--max-batch-requests", "8", "--batch-threads", "1", "--cpu-threads", "1",
+                    "--metrics-address", ""});
   ServerProcess off({"--default-backend", "cpu", "--max-batch-requests", "1",
                      "--cpu-threads", "1", "--metrics-address", ""});
   ASSERT_TRUE(on.started()) << on.ReadLog();
@@ -116,7 +121,6 @@ TEST(Batching, AttendSameResultsWithBatchingOnAndOffUnderConcurrency) {
     }
     for (auto& th : threads) th.join();
   }
-  int batched = 0;
   for (int i = 0; i < kRequests; ++i) {
     ASSERT_TRUE(st_on[i].ok()) << i << ": " << st_on[i].error_message();
     ASSERT_TRUE(st_off[i].ok()) << i << ": " << st_off[i].error_message();
@@ -125,15 +129,15 @@ TEST(Batching, AttendSameResultsWithBatchingOnAndOffUnderConcurrency) {
     EXPECT_EQ(got_on[i].o().shape_size(), got_off[i].o().shape_size());
     EXPECT_EQ(got_off[i].report().batch_size(), 1);
     const auto& r = got_on[i].report();
-    EXPECT_GE(r.batch_size(), 1);
-    EXPECT_GE(r.batch_tokens(), 0);
-    if (r.batch_size() > 1) {
-      ++batched;
-      // A batched call waited for its batch: its queue time is reported.
-      EXPECT_GT(r.times().queue_us(), 0);
-    }
+    EXPECT_EQ(r.batch_size(), 8) << "request " << i;
+    // The launch's tokens: this call's and the other 7 calls'.
+    EXPECT_GT(r.batch_tokens(), got_off[i].report().batch_tokens()) << "request " << i;
   }
-  EXPECT_GT(batched, 0) << "no call ran in a batch of more than one";
+  // Every batch but the last of each signature waited for its 8th call: those calls report
+  // the time they waited.
+  int waited = 0;
+  for (int i = 0; i < kRequests; ++i) waited += got_on[i].report().times().queue_us() > 0;
+  EXPECT_GT(waited, 0);
   EXPECT_EQ(Queued(&on), 0);
 }
 
@@ -268,7 +272,11 @@ TEST(Batching, SequenceStepsBatchAcrossRpcsWithTheSameOutputs) {
   const std::vector<std::string> common = {"--kv-page-tokens", "4", "--kv-debug-poison",
                                            "--cpu-threads", "1", "--metrics-address", ""};
   std::vector<std::string> on_args = common, off_args = common;
-  on_args.insert(on_args.end(), {"--max-queue-delay-us", "20000", "--batch-threads", "1"});
+  // Batching on, deterministically: six sequences, each with one step in flight; a batch runs
+  // only when it holds a step of each (the 60 s delay never ends in time), so every step runs
+  // in a launch of exactly 6, whatever the timing.
+  on_args.insert(on_args.end(), {"--max-queue-delay-us", "60000000", "--max-batch-requests", "6",
+                                 "--batch-threads", "1"});
   off_args.insert(off_args.end(), {"--max-batch-requests", "1"});
   ServerProcess on(on_args), off(off_args);
   ASSERT_TRUE(on.started()) << on.ReadLog();
@@ -283,7 +291,7 @@ TEST(Batching, SequenceStepsBatchAcrossRpcsWithTheSameOutputs) {
     EXPECT_FALSE(o.empty()) << key;
     EXPECT_EQ(o, b.at(key)) << key;
   }
-  EXPECT_GT(batched_on, 0) << "no step ran in a batch of more than one";
+  EXPECT_EQ(batched_on, 6 * 4 * 2) << "every step runs in a launch of 6";
   EXPECT_EQ(batched_off, 0);
   EXPECT_EQ(Queued(&on), 0);
 }
