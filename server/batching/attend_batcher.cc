@@ -145,8 +145,7 @@ void AttendBatcher::RunAlone(AttendItem* call) {
   float* lse = call->AllocateOutput();
   ExecuteTimes times;
   Status s = call->work.backend->ExecuteUntil(
-      v.shape, v.Tensors(call->result.o.data(), lse), [call] { return call->Abandoned(); },
-      &times);
+      v.shape, v.Tensors(call->result.o.data(), lse), [call] { return call->Abandoned(); }, &times);
   if (s.code() == StatusCode::kCancelled) s = call->StopStatus();
   if (!s.ok()) {
     if (s.code() == StatusCode::kInternal && on_fault_) on_fault_();

@@ -51,8 +51,7 @@ constexpr size_t kMinChunk = 4;
 }  // namespace
 
 StepBatcher::StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
-                         const BatchSchedulerOptions& options,
-                         std::function<int64_t()> now_us)
+                         const BatchSchedulerOptions& options, std::function<int64_t()> now_us)
     : store_(store),
       backend_(backend),
       responders_(std::max(1, options.threads) * kRespondersPerBatchThread,

@@ -50,8 +50,8 @@ struct StepResult {
   std::string o;
   /// OK: the layer's length, replay flag, keys attended, the step's device times.
   ExtendOutcome outcome;
-  int64_t q_tokens = 0;      ///< T of the step
-  int64_t launch_size = 0;   ///< steps in the attention launch it ran in
+  int64_t q_tokens = 0;       ///< T of the step
+  int64_t launch_size = 0;    ///< steps in the attention launch it ran in
   int64_t launch_tokens = 0;  ///< query tokens of that launch
   /// µs: received → queued (validation), queued → taken into a batch, the batch's wall time in
   /// the batcher and its kernels' time (all launches of the batch).

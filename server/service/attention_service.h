@@ -35,9 +35,9 @@
 #include "attention/v1/attention.grpc.pb.h"
 #include "backends/backend_registry.h"
 #include "batching/attend_batcher.h"
+#include "common/worker_pool.h"
 #include "config/server_config.h"
 #include "security/call_gate.h"
-#include "common/worker_pool.h"
 #include "service/write_watchdog.h"
 #include "validation/attend_validator.h"
 

@@ -24,9 +24,8 @@ void FillExtendResponse(StepResult& result, const std::string& backend,
                                           : "paged KV cache, batched sequence steps");
   report->set_batch_size(static_cast<int32_t>(out.replayed ? 1 : result.launch_size));
   report->set_batch_tokens(out.replayed ? result.q_tokens : result.launch_tokens);
-  report->set_flops(out.replayed ? 0.0
-                                 : 2.0 * result.q_tokens * out.kv_len * out.num_heads *
-                                       out.head_dim);
+  report->set_flops(
+      out.replayed ? 0.0 : 2.0 * result.q_tokens * out.kv_len * out.num_heads * out.head_dim);
   report->set_device(backend);
   auto* t = report->mutable_times();
   t->set_decode_us(result.decode_us);

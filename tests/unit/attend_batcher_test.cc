@@ -55,9 +55,9 @@ std::string Alone(Backend* backend, const Call& call) {
                              ? static_cast<size_t>(call.validated.shape.lse_elements())
                              : 0);
   ExecuteTimes t;
-  Status s = backend->Execute(call.validated.shape,
-                              call.validated.Tensors(o.data(), lse.empty() ? nullptr : lse.data()),
-                              &t);
+  Status s =
+      backend->Execute(call.validated.shape,
+                       call.validated.Tensors(o.data(), lse.empty() ? nullptr : lse.data()), &t);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return o;
 }
@@ -201,8 +201,7 @@ TEST_F(AttendBatcherTest, PackedProblemRefusedRunsEveryCallOnItsOwn) {
 
 TEST_F(AttendBatcherTest, InternalFromThePackedLaunchIsADeviceFaultForEveryCall) {
   Make(2);
-  FaultInjectingBackend faulty(std::make_unique<CpuBackend>(1),
-                               std::make_shared<FaultCounter>(1));
+  FaultInjectingBackend faulty(std::make_unique<CpuBackend>(1), std::make_shared<FaultCounter>(1));
   auto a = NewCall(1, 2, 3, 1), b = NewCall(1, 3, 3, 2);
   ASSERT_TRUE(Enqueue(a.get(), &faulty).ok());
   ASSERT_TRUE(Enqueue(b.get(), &faulty).ok());
@@ -221,8 +220,7 @@ TEST_F(AttendBatcherTest, InternalFromThePackedLaunchIsADeviceFaultForEveryCall)
 
 TEST_F(AttendBatcherTest, InternalFromALaunchOfOneIsADeviceFault) {
   Make(1);
-  FaultInjectingBackend faulty(std::make_unique<CpuBackend>(1),
-                               std::make_shared<FaultCounter>(1));
+  FaultInjectingBackend faulty(std::make_unique<CpuBackend>(1), std::make_shared<FaultCounter>(1));
   auto a = NewCall(1, 2, 3, 1);
   ASSERT_TRUE(Enqueue(a.get(), &faulty).ok());
   Wait(a.get());

@@ -98,8 +98,7 @@ class StepBatcherTest : public ::testing::Test {
     batcher_ = std::make_unique<StepBatcher>(world_.store.get(), &world_.compute, o,
                                              [] { return int64_t{0}; });
   }
-  StepRequest Request(Step* step, const std::string& id,
-                      std::function<bool()> cancelled = nullptr,
+  StepRequest Request(Step* step, const std::string& id, std::function<bool()> cancelled = nullptr,
                       std::chrono::system_clock::time_point deadline =
                           std::chrono::system_clock::time_point::max()) {
     StepRequest r;
