@@ -1,6 +1,5 @@
 #include "service/load_report.h"
 
-#include <chrono>
 #include <utility>
 
 #include "kv_cache/sequence_id.h"
