@@ -87,6 +87,28 @@ class NoVarlenCpu final : public Backend {
   CpuBackend cpu_{1};
 };
 
+// The real cpu backend, raising `computing` as a launch starts: a call whose `cancelled` reads
+// it is live when taken into its batch and cancelled while it computes.
+class FlagsComputingCpu final : public Backend {
+ public:
+  const std::string& name() const override { return cpu_.name(); }
+  BackendCapabilities Capabilities() const override { return cpu_.Capabilities(); }
+  Status Supports(const AttentionShape& shape) const override { return cpu_.Supports(shape); }
+  Status Execute(const AttentionShape& shape, const AttentionTensors& host,
+                 ExecuteTimes* times) override {
+    return ExecuteUntil(shape, host, {}, times);
+  }
+  Status ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
+                      const std::function<bool()>& should_stop, ExecuteTimes* times) override {
+    computing.store(true);
+    return cpu_.ExecuteUntil(shape, host, should_stop, times);
+  }
+  std::atomic<bool> computing{false};
+
+ private:
+  CpuBackend cpu_{1};
+};
+
 class AttendBatcherTest : public ::testing::Test {
  protected:
   void Make(int64_t max_requests, int64_t max_queued = 64) {
@@ -245,6 +267,32 @@ TEST_F(AttendBatcherTest, ExpiredDeadlineAndCancellationAreDroppedBeforeLaunch) 
   batcher_->Stop();
   EXPECT_EQ(Launches(), (std::vector<int64_t>{1}));  // only the live call was computed
   for (Call* c : {late.get(), gone.get(), live.get()}) EXPECT_EQ(c->done_calls.load(), 1);
+}
+
+// The cpu reference polls between chunks of about 2^20 multiply-adds: a (1, 256, 256) problem
+// with N = 4, H = 16 polls several times, so a call cancelled once its launch started stops.
+TEST_F(AttendBatcherTest, CallsCancelledWhileComputingStopTheLaunchAndSaySo) {
+  for (int64_t batch : {1, 2}) {
+    SCOPED_TRACE(batch);
+    Make(batch);
+    FlagsComputingCpu backend;
+    std::vector<std::unique_ptr<Call>> calls;
+    for (int64_t i = 0; i < batch; ++i) {
+      calls.push_back(NewCall(1, 256, 256, 7 + i));
+      ASSERT_TRUE(Enqueue(calls.back().get(), &backend, [&backend] {
+                    return backend.computing.load();
+                  }).ok());
+    }
+    for (auto& c : calls) Wait(c.get());
+    for (auto& c : calls) {
+      EXPECT_EQ(c->result.status.code(), StatusCode::kCancelled) << c->result.status.ToString();
+      EXPECT_NE(c->result.status.message().find("while computing"), std::string::npos)
+          << c->result.status.message();
+    }
+    batcher_->Stop();
+    for (auto& c : calls) EXPECT_EQ(c->done_calls.load(), 1);
+    EXPECT_TRUE(Launches().empty());
+  }
 }
 
 TEST_F(AttendBatcherTest, RefusedWorkNeverCallsItsCallback) {
