@@ -33,7 +33,7 @@
 #include "attn/kernels/status.h"
 #include "backends/backend.h"
 #include "batching/batch_scheduler.h"
-#include "validation/attend_validator.h"
+#include "validation/validated_attend.h"
 
 namespace attn {
 

@@ -18,6 +18,7 @@
 #include "../integration/request_builder.h"
 #include "backends/cpu_backend.h"
 #include "backends/fault_injecting_backend.h"
+#include "validation/attend_validator.h"
 
 namespace attn {
 namespace {
