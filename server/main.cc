@@ -38,7 +38,7 @@
 #include "service/attention_service.h"
 #include "service/load_report.h"
 #include "service/sequence_service.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 #include "startup/drain.h"
 #include "startup/main_listener.h"
 #include "version.h"

@@ -18,7 +18,7 @@
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/status.h"
 #include "backends/backend.h"
-#include "validation/attend_validator.h"
+#include "validation/validated_attend.h"
 
 namespace attn {
 

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "backends/paged/extend_batch.h"
-#include "validation/attend_validator.h"
 
 namespace attn {
 namespace {
@@ -22,16 +21,17 @@ int64_t Us(Clock::time_point a, Clock::time_point b) {
 class StepBatcher::StepItem final : public BatchItem {
  public:
   explicit StepItem(StepRequest r) : req(std::move(r)) {}
-  bool Cancelled() const override { return req.context->IsCancelled(); }
-  std::chrono::system_clock::time_point deadline() const override {
-    return req.context->deadline();
-  }
+  bool Cancelled() const override { return req.cancelled && req.cancelled(); }
+  std::chrono::system_clock::time_point deadline() const override { return req.deadline; }
   void Drop(const Status& status) override {
-    req.response->Clear();
-    req.done(status, false);
+    StepResult r;
+    r.status = status;
+    r.ran = false;
+    req.done(std::move(r));
   }
 
   StepRequest req;
+  StepResult result;  // the output buffer while the batch runs
   Clock::time_point queued_at;
 };
 
@@ -39,7 +39,6 @@ class StepBatcher::StepItem final : public BatchItem {
 struct StepBatcher::Finished {
   std::vector<std::unique_ptr<BatchItem>> items;  // StepItem
   std::vector<BatchedExtend> steps;
-  std::vector<ExtendOutcome> outcomes;
   LaunchTimes total;
   int64_t batch_us = 0;
   bool decode_only = true;  // every step has T = 1
@@ -52,13 +51,14 @@ constexpr size_t kMinChunk = 4;
 }  // namespace
 
 StepBatcher::StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
-                         const BatchSchedulerOptions& options)
+                         const BatchSchedulerOptions& options, std::function<int64_t()> now_us)
     : store_(store),
       backend_(backend),
       responders_(std::max(1, options.threads) * kRespondersPerBatchThread,
                   static_cast<size_t>(std::max<int64_t>(options.max_queued, 1))) {
   scheduler_ = std::make_unique<BatchScheduler>(
-      options, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { Run(batch); });
+      options, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { Run(batch); },
+      std::move(now_us));
 }
 
 Status StepBatcher::Enqueue(std::vector<StepRequest>* steps) {
@@ -114,15 +114,14 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   const Clock::time_point started = Clock::now();
   auto f = std::make_shared<Finished>();
   f->steps.resize(batch.size());
-  f->outcomes.resize(batch.size());
   bool& decode_only = f->decode_only;
   for (size_t i = 0; i < batch.size(); ++i) {
     auto* it = static_cast<StepItem*>(batch[i].get());
     BatchedExtend& s = f->steps[i];
     s.args = &it->req.args;
     s.owner = &it->req.owner;
-    s.o = it->req.response->mutable_o()->mutable_data();
-    s.outcome = &f->outcomes[i];
+    s.o = &it->result.o;
+    s.outcome = &it->result.outcome;
     // Checked again once the sequence is locked: with several batch threads this step may
     // have waited there behind another batch's step on the same sequence.
     s.still_wanted = [it]() -> Status {
@@ -192,41 +191,22 @@ void StepBatcher::Respond(Finished& f, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) {
     auto* it = static_cast<StepItem*>(f.items[i].get());
     const BatchedExtend& s = f.steps[i];
-    const ExtendOutcome& out = f.outcomes[i];
-    attention::v1::ExtendResponse* response = it->req.response;
+    StepResult& r = it->result;
+    r.status = s.status;
+    r.ran = s.status.ok() || !s.dropped;
     if (!s.status.ok()) {
-      response->Clear();
-      it->req.done(s.status, /*ran=*/!s.dropped);
+      r.o.clear();
+      it->req.done(std::move(r));
       continue;
     }
-    const ExtendArgs& a = it->req.args;
-    attention::v1::Tensor* o = response->mutable_o();
-    o->set_dtype(DTypeToProto(out.dtype));
-    o->add_shape(a.q_shape[0]);
-    o->add_shape(out.num_heads);
-    o->add_shape(out.head_dim);
-    response->set_length(out.length);
-    response->set_replayed(out.replayed);
-    auto* report = response->mutable_report();
-    report->set_backend(backend_->name());
-    report->set_backend_reason(out.replayed ? "replay: stored result"
-                                            : "paged KV cache, batched sequence steps");
-    report->set_batch_size(static_cast<int32_t>(out.replayed ? 1 : s.launch_size));
-    report->set_batch_tokens(out.replayed ? a.q_shape[0] : s.launch_tokens);
-    report->set_flops(out.replayed ? 0.0
-                                   : 2.0 * a.q_shape[0] * out.kv_len * out.num_heads *
-                                         out.head_dim);
-    report->set_device(backend_->device());
-    auto* t = report->mutable_times();
-    t->set_decode_us(std::max<int64_t>(0, Us(it->req.received, it->queued_at)));
-    t->set_queue_us(std::max<int64_t>(0, it->dequeued_us - it->enqueued_us));
-    t->set_kernel_us(out.kernel_us);
-    t->set_host_to_device_us(out.h2d_us);
-    t->set_device_to_host_us(out.d2h_us);
-    t->set_batch_us(f.batch_us);
-    t->set_batch_kernel_us(f.total.kernel_ns / 1000);
-    t->set_total_us(Us(it->req.received, Clock::now()));
-    it->req.done(Status::Ok(), true);
+    r.q_tokens = it->req.args.q_shape[0];
+    r.launch_size = s.launch_size;
+    r.launch_tokens = s.launch_tokens;
+    r.decode_us = std::max<int64_t>(0, Us(it->req.received, it->queued_at));
+    r.queue_us = std::max<int64_t>(0, it->dequeued_us - it->enqueued_us);
+    r.batch_us = f.batch_us;
+    r.batch_kernel_us = f.total.kernel_ns / 1000;
+    it->req.done(std::move(r));
   }
   const int64_t ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();

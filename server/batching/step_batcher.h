@@ -11,17 +11,17 @@
 // once a step holds its sequence's lock (BatchedExtend::still_wanted): with several batch
 // threads a step may wait there behind another batch's step on the same sequence, and one
 // cancelled or past its deadline meanwhile is dropped (not applied; `done(status, false)`).
-// Each step's ExtendResponse carries the launch's batch size and tokens and the step's
-// queue time in its ExecutionReport. Responses are built and handed to gRPC (StartWrite, which
-// serialises the message and may write the socket on the calling thread) by a small pool of
-// responder threads, in chunks, so the batch thread goes back to the next batch at once (a
-// batch of at most 4 steps is answered by the batch thread itself: one chunk, no hand-off); a
-// full responder queue makes the batch thread respond itself. Thread-safety: all methods are
-// thread-safe.
+// Each step's result (StepResult) carries the launch's batch size and tokens, the step's
+// queue time and the batch's times; the service builds the ExtendResponse from it in the
+// step's completion callback. Completion callbacks (which build the response and hand it to
+// gRPC, which serialises it and may write the socket on the calling thread) run on a small
+// pool of responder threads, in chunks, so the batch thread goes back to the next batch at
+// once (a batch of at most 4 steps is answered by the batch thread itself: one chunk, no
+// hand-off); a full responder queue makes the batch thread answer itself. This class knows
+// neither gRPC nor the protos. Thread-safety: all methods are thread-safe.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,36 +29,59 @@
 #include <string>
 #include <vector>
 
-#include "attention/v1/sequence.pb.h"
 #include "attn/kernels/status.h"
 #include "batching/batch_scheduler.h"
-#include "service/worker_pool.h"
 #include "backends/paged/extend_batch.h"
 #include "backends/paged/extend_step.h"
 #include "backends/paged/paged_attention_backend.h"
+#include "common/worker_pool.h"
 #include "kv_cache/sequence_store.h"
 
 namespace attn {
 
+/// What a step got. On error only `status` and `ran` are meaningful.
+struct StepResult {
+  Status status;
+  /// False when the step was dropped before it was applied (cancelled, deadline passed,
+  /// shutting down, or dropped once its sequence was locked); true when it ran or failed on
+  /// its own.
+  bool ran = false;
+  /// OK: the (T, N, H) output bytes, in outcome.dtype.
+  std::string o;
+  /// OK: the layer's length, replay flag, keys attended, the step's device times.
+  ExtendOutcome outcome;
+  int64_t q_tokens = 0;       ///< T of the step
+  int64_t launch_size = 0;    ///< steps in the attention launch it ran in
+  int64_t launch_tokens = 0;  ///< query tokens of that launch
+  /// µs: received → queued (validation), queued → taken into a batch, the batch's wall time in
+  /// the batcher and its kernels' time (all launches of the batch).
+  int64_t decode_us = 0;
+  int64_t queue_us = 0;
+  int64_t batch_us = 0;
+  int64_t batch_kernel_us = 0;
+};
+
 /// One step to run and where its result goes.
 struct StepRequest {
-  /// The call it belongs to: cancellation and deadline (not owned; outlives the step).
-  grpc::CallbackServerContext* context = nullptr;
+  /// True once the caller no longer wants the result; called from batch threads (thread-safe,
+  /// cheap). May be empty (never cancelled).
+  std::function<bool()> cancelled;
+  /// Absolute deadline of the call (time_point::max(): none).
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   std::string owner;  ///< caller identity
   ExtendArgs args;    ///< validated (ValidateExtend); pointers alias the request's bytes
-  attention::v1::ExtendResponse* response = nullptr;  ///< filled on success, cleared on error
-  /// Called exactly once when the step ends: its status, and whether it ran (false when it
-  /// was dropped before launch: cancelled, deadline passed, shutting down).
-  std::function<void(const Status& status, bool ran)> done;
-  /// When the call was received (for decode_us and total_us).
+  /// Called exactly once when the step ends, with its result (on a batch or responder thread).
+  std::function<void(StepResult&& result)> done;
+  /// When the call was received (for decode_us; the service's total_us).
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 
 class StepBatcher {
  public:
-  /// `store` and `backend` are not owned and must outlive the batcher.
+  /// `store` and `backend` are not owned and must outlive the batcher. `now_us`: the
+  /// scheduler's monotonic clock in µs (null: steady_clock; tests inject one).
   StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
-              const BatchSchedulerOptions& options);
+              const BatchSchedulerOptions& options, std::function<int64_t()> now_us = nullptr);
   ~StepBatcher() { Stop(); }
 
   /// Queues all `steps` (in order) or none; on success each `done` will be called once.
@@ -91,7 +114,7 @@ class StepBatcher {
     StepPhases phases;
   };
   void Run(std::vector<std::unique_ptr<BatchItem>>& batch);
-  /// Builds and sends the responses of items [begin, end) of a finished batch.
+  /// Calls the completion callbacks of items [begin, end) of a finished batch.
   void Respond(Finished& f, size_t begin, size_t end);
   void LogTotals(const char* what, const Totals& t);
 

@@ -5,11 +5,11 @@
 #include <memory>
 #include <thread>
 
-#include "batching/attend_coalescer.h"
 #include "common/client_text.h"
 #include "metrics/metrics.h"
 #include "service/shadow_checker.h"
 #include "service/cancellable_reactor.h"
+#include "service/grpc_status.h"
 #include "service/load_report.h"
 #include "validation/work_bound.h"
 #include "version.h"
@@ -37,15 +37,10 @@ attention::v1::CausalAlignment CausalToProto(CausalAlignment c) {
 
 }  // namespace
 
-grpc::Status ToGrpc(const Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), CapStatusMessage(s.message()));
-}
-
-// One Attend call; a BatchItem while queued. Finish() ends the RPC; the owner (the handler
-// or the batch scheduler) deletes the object.
-struct AttentionServiceImpl::AttendCall final : BatchItem {
-  AttentionServiceImpl* service = nullptr;
+// One Attend call, from admission until Finish (the handler, or the completion callback once
+// the call was queued, deletes it). The request and response belong to gRPC and live until
+// Finish.
+struct AttentionServiceImpl::AttendCall {
   grpc::CallbackServerContext* context = nullptr;
   const attention::v1::AttendRequest* request = nullptr;
   attention::v1::AttendResponse* response = nullptr;
@@ -54,23 +49,8 @@ struct AttentionServiceImpl::AttendCall final : BatchItem {
   BackendChoice choice;
   Clock::time_point start;
   int64_t decode_us = 0;
-  int metrics_backend = 0;  // Metrics backend index; 0 ("none") until a backend is chosen
+  int metrics_backend = 0;    // Metrics backend index; 0 ("none") until a backend is chosen
   int64_t request_bytes = 0;  // counted in inflight_bytes_ from admission until OnDone
-
-  bool Cancelled() const override { return context->IsCancelled(); }
-  std::chrono::system_clock::time_point deadline() const override { return context->deadline(); }
-  void Drop(const Status& status) override { service->Finish(this, status); }
-  /// True when nobody waits for the result any more: cancelled, or past its deadline.
-  bool Abandoned() const { return Cancelled() || std::chrono::system_clock::now() >= deadline(); }
-  /// Why a computation stopped for this call (after the backend returned CANCELLED).
-  Status StopStatus() const {
-    if (std::chrono::system_clock::now() >= deadline()) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "deadline passed while computing; the computation was stopped");
-    }
-    return Status(StatusCode::kCancelled,
-                  "cancelled by the client while computing; the computation was stopped");
-  }
 };
 
 AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
@@ -98,8 +78,10 @@ AttentionServiceImpl::AttentionServiceImpl(const ServerConfig& config,
                                                         1u, std::thread::hardware_concurrency()));
   batching.max_queued = config_.max_queue_requests;
   batching.name = "Attend";
-  batcher_ = std::make_unique<BatchScheduler>(
-      batching, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { RunBatch(batch); });
+  batcher_ = std::make_unique<AttendBatcher>(batching, on_fault_);
+  if (metrics_ != nullptr) {
+    batcher_->SetLaunchObserver([this](const AttendLaunch& launch) { ObserveLaunch(launch); });
+  }
   // Capabilities() builds vectors and strings: read each backend's device name once here,
   // not per request.
   for (Backend* b : registry_->All()) backend_devices_.emplace_back(b, b->Capabilities().device);
@@ -165,11 +147,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
   if (!admitted.ok()) return security::Reject(context, admitted);
   auto owned = std::make_unique<AttendCall>();
   AttendCall* call = owned.get();
-  call->service = this;
   call->context = context;
   call->request = request;
   call->response = response;
-  BatchScheduler* batcher = batcher_.get();
+  AttendBatcher* batcher = batcher_.get();
   call->reactor = new CancellableUnaryReactor([batcher] { batcher->Notify(); });
   call->start = Clock::now();
   grpc::ServerUnaryReactor* reactor = call->reactor;
@@ -201,9 +182,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
     return reactor;
   }
   call->choice = *choice;
-  for (const auto& [b, index] : metrics_backends_) {
-    if (b == call->choice.backend) call->metrics_backend = index;
-  }
+  call->metrics_backend = MetricsBackend(call->choice.backend);
   bool on_cpu = false;
   for (const auto& [b, device] : backend_devices_) {
     if (b == call->choice.backend) on_cpu = device == "cpu";
@@ -215,155 +194,75 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Attend(
     return reactor;
   }
   call->decode_us = Us(call->start, Clock::now());
-  call->signature = AttendSignature(call->validated, call->choice.backend->name());
-  // A call that may not share a launch (MayCoalesce) gets a signature of its own.
-  if (!MayCoalesce(call->validated, *call->choice.backend)) {
-    call->signature += "|call" + std::to_string(reinterpret_cast<uintptr_t>(call));
+  AttendWork work;
+  work.validated = &call->validated;
+  work.backend = call->choice.backend;
+  work.cancelled = [context] { return context->IsCancelled(); };
+  work.deadline = context->deadline();
+  work.done = [this, call](AttendResult&& result) { Complete(call, std::move(result)); };
+  if (Status s = batcher_->Enqueue(std::move(work)); !s.ok()) {
+    Finish(call, s);
+    return reactor;
   }
-  call->tokens = call->validated.query_tokens;
-  std::unique_ptr<BatchItem> item = std::move(owned);
-  if (Status s = batcher_->Enqueue(&item); !s.ok()) Finish(call, s);
+  owned.release();  // the completion callback deletes it
   return reactor;
 }
 
-void AttentionServiceImpl::RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch) {
-  std::vector<AttendCall*> calls;
-  calls.reserve(batch.size());
-  for (auto& item : batch) calls.push_back(static_cast<AttendCall*>(item.get()));
-  if (calls.size() > 1) {
-    std::vector<const ValidatedAttend*> parts;
-    for (AttendCall* c : calls) parts.push_back(&c->validated);
-    Backend* backend = calls.front()->choice.backend;
-    auto packed = PackedAttend::Pack(parts);
-    Status s = packed.ok() ? backend->Supports(packed->shape()) : packed.status();
-    ExecuteTimes times;
-    // The launch stops (cpu reference) once every call in it is abandoned.
-    auto all_abandoned = [&calls] {
-      for (const AttendCall* c : calls) {
-        if (!c->Abandoned()) return false;
-      }
-      return true;
-    };
-    if (s.ok())
-      s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
-    if (s.code() == StatusCode::kCancelled) {
-      for (AttendCall* c : calls) Finish(c, c->StopStatus());
-      return;
-    }
-    if (s.ok()) {
-      const int64_t n = static_cast<int64_t>(calls.size());
-      const int64_t tokens = packed->query_tokens();
-      double flops = 0;
-      for (size_t i = 0; i < calls.size(); ++i) {
-        AttendCall* c = calls[i];
-        const ValidatedAttend& v = c->validated;
-        flops += v.flops;
-        auto* o = c->response->mutable_o();
-        o->set_dtype(DTypeToProto(v.shape.dtype));
-        for (int64_t d : v.o_shape) o->add_shape(d);
-        std::string* o_data = o->mutable_data();
-        o_data->resize(v.o_bytes);
-        float* lse_ptr = nullptr;
-        if (v.shape.return_lse) {
-          auto* lse = c->response->mutable_lse();
-          lse->set_dtype(attention::v1::FLOAT32);
-          for (int64_t d : v.lse_shape) lse->add_shape(d);
-          lse->mutable_data()->resize(static_cast<size_t>(v.shape.lse_elements()) *
-                                      sizeof(float));
-          lse_ptr = reinterpret_cast<float*>(lse->mutable_data()->data());
-        }
-        packed->Scatter(i, v, o_data->data(), lse_ptr);
-        Respond(c, times, n, tokens, o_data->data());
-      }
-      if (metrics_ != nullptr) {
-        const kernels::AttentionShape& ps = packed->shape();
-        metrics_->ObserveLaunch(
-            calls.front()->metrics_backend, n, tokens, flops,
-            metrics::MinBytesMoved(ps.q_elements(), ps.kv_elements(),
-                                   kernels::DTypeSize(ps.dtype),
-                                   ps.return_lse ? ps.lse_elements() : 0),
-            times.kernel_us * 1e-6);
-      }
-      return;
-    }
-    if (s.code() == StatusCode::kInternal) {
-      if (on_fault_) on_fault_();
-      for (AttendCall* c : calls) Finish(c, s);
-      return;
-    }
-    // The packed problem cannot run as one launch here (e.g. a backend without varlen, or a
-    // size limit of the bigger problem): each call runs on its own and gets its own status.
-    spdlog::debug("Attend: batch of {} not launched together ({}); running them one by one",
-                  calls.size(), s.ToString());
+int AttentionServiceImpl::MetricsBackend(const Backend* backend) const {
+  for (const auto& [b, index] : metrics_backends_) {
+    if (b == backend) return index;
   }
-  for (AttendCall* c : calls) {
-    if (Status dead = c->Cancelled()
-                          ? Status(StatusCode::kCancelled, "cancelled by the client while queued")
-                          : Status::Ok();
-        !dead.ok()) {
-      Finish(c, dead);
-      continue;
-    }
-    RunAttend(c);
-  }
+  return 0;
 }
 
-void AttentionServiceImpl::RunAttend(AttendCall* call) {
+void AttentionServiceImpl::ObserveLaunch(const AttendLaunch& launch) {
+  const kernels::AttentionShape& ps = *launch.shape;
+  metrics_->ObserveLaunch(MetricsBackend(launch.backend), launch.calls, launch.query_tokens,
+                          launch.flops,
+                          metrics::MinBytesMoved(ps.q_elements(), ps.kv_elements(),
+                                                 kernels::DTypeSize(ps.dtype),
+                                                 ps.return_lse ? ps.lse_elements() : 0),
+                          launch.kernel_us * 1e-6);
+}
+
+void AttentionServiceImpl::Complete(AttendCall* call, AttendResult&& result) {
+  std::unique_ptr<AttendCall> owned(call);
+  if (!result.status.ok()) {
+    Finish(call, result.status);
+    return;
+  }
   const ValidatedAttend& v = call->validated;
-  const kernels::AttentionShape& shape = v.shape;
   auto* o = call->response->mutable_o();
-  o->set_dtype(DTypeToProto(shape.dtype));
+  o->set_dtype(DTypeToProto(v.shape.dtype));
   for (int64_t d : v.o_shape) o->add_shape(d);
-  std::string* o_data = o->mutable_data();
-  o_data->resize(v.o_bytes);
-  float* lse_ptr = nullptr;
-  if (shape.return_lse) {
+  *o->mutable_data() = std::move(result.o);
+  if (v.shape.return_lse) {
     auto* lse = call->response->mutable_lse();
     lse->set_dtype(attention::v1::FLOAT32);
     for (int64_t d : v.lse_shape) lse->add_shape(d);
-    lse->mutable_data()->resize(static_cast<size_t>(shape.lse_elements()) * sizeof(float));
-    lse_ptr = reinterpret_cast<float*>(lse->mutable_data()->data());
+    *lse->mutable_data() = std::move(result.lse);
   }
-  ExecuteTimes times;
-  Status s = call->choice.backend->ExecuteUntil(
-      shape, v.Tensors(o_data->data(), lse_ptr), [call] { return call->Abandoned(); }, &times);
-  if (s.code() == StatusCode::kCancelled) s = call->StopStatus();
-  if (!s.ok()) {
-    call->response->Clear();
-    if (s.code() == StatusCode::kInternal && on_fault_) on_fault_();
-    Finish(call, s);
-    return;
-  }
-  if (metrics_ != nullptr) {
-    metrics_->ObserveLaunch(
-        call->metrics_backend, 1, v.query_tokens, v.flops,
-        metrics::MinBytesMoved(shape.q_elements(), shape.kv_elements(),
-                               kernels::DTypeSize(shape.dtype),
-                               shape.return_lse ? shape.lse_elements() : 0),
-        times.kernel_us * 1e-6);
-  }
-  Respond(call, times, 1, v.query_tokens, o_data->data());
+  Respond(call, result);
 }
 
-void AttentionServiceImpl::Respond(AttendCall* call, const ExecuteTimes& times,
-                                   int64_t batch_size, int64_t batch_tokens, const void* o_data) {
+void AttentionServiceImpl::Respond(AttendCall* call, const AttendResult& result) {
   const ValidatedAttend& v = call->validated;
   const kernels::AttentionShape& shape = v.shape;
+  const ExecuteTimes& times = result.times;
   const Clock::time_point encode_start = Clock::now();
   auto* report = call->response->mutable_report();
   report->set_backend(call->choice.backend->name());
   report->set_backend_reason(call->choice.reason);
   report->set_auto_bucket(call->choice.bucket);
-  report->set_batch_size(static_cast<int32_t>(batch_size));
-  report->set_batch_tokens(batch_tokens);
+  report->set_batch_size(static_cast<int32_t>(result.batch_size));
+  report->set_batch_tokens(result.batch_tokens);
   report->set_flops(v.flops);
   for (const auto& [b, device] : backend_devices_) {
     if (b == call->choice.backend) report->set_device(device);
   }
   auto* t = report->mutable_times();
   t->set_decode_us(call->decode_us);
-  const int64_t queue_us = std::max<int64_t>(0, call->dequeued_us - call->enqueued_us);
-  t->set_queue_us(queue_us);
+  t->set_queue_us(result.queue_us);
   t->set_host_to_device_us(times.host_to_device_us);
   t->set_kernel_us(times.kernel_us);
   t->set_device_to_host_us(times.device_to_host_us);
@@ -373,7 +272,7 @@ void AttentionServiceImpl::Respond(AttendCall* call, const ExecuteTimes& times,
   if (metrics_ != nullptr) {
     const int b = call->metrics_backend;
     metrics_->ObservePhase(b, metrics::Phase::kDecode, call->decode_us * 1e-6);
-    metrics_->ObservePhase(b, metrics::Phase::kQueue, queue_us * 1e-6);
+    metrics_->ObservePhase(b, metrics::Phase::kQueue, result.queue_us * 1e-6);
     metrics_->ObservePhase(b, metrics::Phase::kHostToDevice, times.host_to_device_us * 1e-6);
     metrics_->ObservePhase(b, metrics::Phase::kKernel, times.kernel_us * 1e-6);
     metrics_->ObservePhase(b, metrics::Phase::kDeviceToHost, times.device_to_host_us * 1e-6);
@@ -382,11 +281,11 @@ void AttentionServiceImpl::Respond(AttendCall* call, const ExecuteTimes& times,
   // Shadow check: copies inputs and output before the call finishes (the request and response
   // go away with it); the recomputation runs on the checker's own thread.
   if (shadow_ != nullptr && shadow_->ShouldSample()) {
-    shadow_->Submit(call->metrics_backend, v, o_data);
+    shadow_->Submit(call->metrics_backend, v, call->response->o().data().data());
   }
   spdlog::debug("Attend ok: backend={} B={} T={} S={} N={} K={} H={} batch={} kernel_us={}",
                 call->choice.backend->name(), shape.batch, shape.max_q_len, shape.max_kv_len,
-                shape.num_heads, shape.num_kv_heads, shape.head_dim, batch_size,
+                shape.num_heads, shape.num_kv_heads, shape.head_dim, result.batch_size,
                 times.kernel_us);
   Finish(call, Status::Ok());
 }
@@ -440,5 +339,29 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::GetLoad(
+    grpc::CallbackServerContext* context, const attention::v1::GetLoadRequest* request,
+    attention::v1::GetLoadResponse* response) {
+  std::string identity;
+  const grpc::Status admitted = gate_->Admit(*context, request, &identity);
+  if (!admitted.ok()) return security::Reject(context, admitted);
+  const auto start = std::chrono::steady_clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (load_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                 "GetLoad: this server has no load reporter"));
+    return reactor;
+  }
+  load_->Fill(response);
+  reactor->Finish(grpc::Status::OK);
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRequest(
+        metrics::Method::kGetLoad, 0, StatusCode::kOk,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return reactor;
+}
+
 
 }  // namespace attn

@@ -1,21 +1,23 @@
 // The attention.v1 AttentionService on gRPC's callback API.
 //
-// Attend: the callback thread validates the request (INVALID_ARGUMENT before any work),
-// resolves the backend (FAILED_PRECONDITION with the reason), and queues the call in the
-// batching stage (batching/batch_scheduler.h; RESOURCE_EXHAUSTED when the queue is full).
-// Compatible queued calls (same AttendSignature: dtype, heads, mask, scale, lse, backend) are
-// coalesced into one varlen launch (batching/attend_coalescer.h) and the outputs scattered
-// back; a batch of one runs straight into the response's buffers. Cancelled calls and calls
-// past their deadline are dropped before launch. The ExecutionReport gives the batch size,
-// batch tokens and queue time of the launch the call ran in. While draining, new calls get
-// UNAVAILABLE and in-flight calls finish. Bounds (issue 16): a call whose estimated work is over
-// its backend kind's bound (validation/work_bound.h) gets RESOURCE_EXHAUSTED before queueing; the
-// cpu reference stops between chunks of rows once every caller of its launch is gone or past its
-// deadline. A call stays in flight until its response has been taken by the client (OnDone);
-// answered calls whose responses are not taken hold at most --max-unsent-response-bytes (above it
-// the oldest are cancelled) for at most --response-write-timeout-s (then cancelled):
-// write_watchdog.h. A call arriving while calls in flight hold more request and response bytes
-// than --max-inflight-bytes gets RESOURCE_EXHAUSTED. A device fault (INTERNAL) calls `on_fault`, which turns health NOT_SERVING.
+// Attend: the callback thread admits the call (CallGate), validates the request
+// (INVALID_ARGUMENT before any work), resolves the backend (FAILED_PRECONDITION with the
+// reason), checks the work bound, and enqueues it in the Attend batcher
+// (batching/attend_batcher.h; RESOURCE_EXHAUSTED when the queue is full), which runs it, alone
+// or coalesced with compatible calls into one varlen launch, and reports the result to the
+// completion callback; that callback (on a batch thread) builds the response and its
+// ExecutionReport (the batch size, batch tokens and queue time of the launch the call ran in)
+// and finishes the call. Cancelled calls and calls past their deadline are dropped before
+// launch. While draining, new calls get UNAVAILABLE and in-flight calls finish. Bounds (issue
+// 16): a call whose estimated work is over its backend kind's bound (validation/work_bound.h)
+// gets RESOURCE_EXHAUSTED before queueing; the cpu reference stops between chunks of rows once
+// every caller of its launch is gone or past its deadline. A call stays in flight until its
+// response has been taken by the client (OnDone); answered calls whose responses are not taken
+// hold at most --max-unsent-response-bytes (above it the oldest are cancelled) for at most
+// --response-write-timeout-s (then cancelled): write_watchdog.h. A call arriving while calls in
+// flight hold more request and response bytes than --max-inflight-bytes gets
+// RESOURCE_EXHAUSTED. A device fault (INTERNAL) calls `on_fault`, which turns health
+// NOT_SERVING. GetLoad answers from the LoadReporter without queueing, also while draining.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 
@@ -33,10 +35,10 @@
 #include "attention/v1/attention.grpc.pb.h"
 #include "backends/backend_registry.h"
 #include "backends/server_facts.h"
-#include "batching/batch_scheduler.h"
+#include "batching/attend_batcher.h"
+#include "common/worker_pool.h"
 #include "config/server_config.h"
 #include "security/call_gate.h"
-#include "service/worker_pool.h"
 #include "service/write_watchdog.h"
 #include "validation/attend_validator.h"
 
@@ -62,8 +64,8 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const attention::v1::GetServerInfoRequest* request,
                                           attention::v1::GetServerInfoResponse* response) override;
-  /// GetLoad: answered by the LoadReporter given to SetLoadReporter (defined in
-  /// load_report.cc); UNIMPLEMENTED when none was given.
+  /// GetLoad: answered by the LoadReporter given to SetLoadReporter; UNIMPLEMENTED when none
+  /// was given.
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
                                     const attention::v1::GetLoadRequest* request,
                                     attention::v1::GetLoadResponse* response) override;
@@ -91,17 +93,19 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   int64_t write_timeouts() const { return watchdog_->cancelled(); }
   /// Drops every queued (not yet started) Attend call with `why`; returns how many.
   int64_t RefuseQueued(const Status& why) { return batcher_->RefuseQueued(why); }
-  /// The batching stage (for tests, GetLoad and shutdown).
-  BatchScheduler* batcher() { return batcher_.get(); }
+  /// The Attend batcher (for tests and shutdown).
+  AttendBatcher* batcher() { return batcher_.get(); }
 
  private:
   struct AttendCall;
-  void RunAttend(AttendCall* call);
-  void RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch);
-  // Fills the ExecutionReport and metrics of a call that ran in a launch of `batch_size`
-  // calls and `batch_tokens` query tokens, then finishes it OK.
-  void Respond(AttendCall* call, const ExecuteTimes& times, int64_t batch_size,
-               int64_t batch_tokens, const void* o_data);
+  /// The completion callback: builds the response of `call` from `result` and finishes it.
+  void Complete(AttendCall* call, AttendResult&& result);
+  /// Fills the ExecutionReport and metrics of a call that ran OK (`result`: its launch),
+  /// submits its shadow check, then finishes it OK.
+  void Respond(AttendCall* call, const AttendResult& result);
+  /// Records one launch in the metrics (the batcher's launch observer).
+  void ObserveLaunch(const AttendLaunch& launch);
+  int MetricsBackend(const Backend* backend) const;
   void Finish(AttendCall* call, const Status& status);
   void CallDone();
 
@@ -122,10 +126,7 @@ class AttentionServiceImpl final : public attention::v1::AttentionService::Callb
   std::atomic<int64_t> inflight_bytes_{0};  // requests + responses of calls not yet done
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
-  std::unique_ptr<BatchScheduler> batcher_;  // last: its threads stop first
+  std::unique_ptr<AttendBatcher> batcher_;  // last: its threads stop first
 };
-
-/// Converts our Status to a grpc::Status with the same code and message.
-grpc::Status ToGrpc(const Status& status);
 
 }  // namespace attn

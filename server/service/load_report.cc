@@ -1,11 +1,8 @@
 #include "service/load_report.h"
 
-#include <chrono>
 #include <utility>
 
 #include "kv_cache/sequence_id.h"
-#include "metrics/metrics.h"
-#include "service/attention_service.h"
 #include "service/sequence_service.h"
 
 namespace attn {
@@ -53,29 +50,6 @@ void LoadReporter::Fill(attention::v1::GetLoadResponse *r) const {
   r->set_kv_pool_bytes(kv.pool_bytes());
   r->set_kv_pool_used_bytes(kv.pool_used_bytes());
   r->mutable_kv_classes()->Swap(kv.mutable_classes());
-}
-
-grpc::ServerUnaryReactor *AttentionServiceImpl::GetLoad(
-    grpc::CallbackServerContext *context, const attention::v1::GetLoadRequest *request,
-    attention::v1::GetLoadResponse *response) {
-  std::string identity;
-  const grpc::Status admitted = gate_->Admit(*context, request, &identity);
-  if (!admitted.ok()) return security::Reject(context, admitted);
-  const auto start = std::chrono::steady_clock::now();
-  grpc::ServerUnaryReactor *reactor = context->DefaultReactor();
-  if (load_ == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "GetLoad: this server has no load reporter"));
-    return reactor;
-  }
-  load_->Fill(response);
-  reactor->Finish(grpc::Status::OK);
-  if (metrics_ != nullptr) {
-    metrics_->ObserveRequest(
-        metrics::Method::kGetLoad, 0, StatusCode::kOk,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return reactor;
 }
 
 }  // namespace attn

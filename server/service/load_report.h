@@ -6,8 +6,9 @@
 // the draining flag and the replica identity. The queue depth has one entry point,
 // SetQueueDepthSource(): today main.cc feeds it the worker pool's queue; the batcher feeds its
 // own queue through the same call when it owns the waiting work.
-// AttentionServiceImpl::GetLoad (defined in load_report.cc) answers with Fill() on the gRPC
-// thread, without queueing, also while draining.
+// AttentionServiceImpl::GetLoad (attention_service.cc) answers with Fill() on the gRPC thread,
+// without queueing, also while draining; this file does not include the service (the arrow
+// runs one way: service -> load report).
 // Thread-safety: Fill() and the setters may be called from any thread; sources must be
 // thread-safe.
 #pragma once

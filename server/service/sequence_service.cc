@@ -9,8 +9,9 @@
 #include <utility>
 
 #include "backends/paged/extend_step.h"
-#include "service/attention_service.h"
 #include "service/cancellable_reactor.h"
+#include "service/extend_response.h"
+#include "service/grpc_status.h"
 #include "validation/attend_validator.h"
 #include "validation/sequence_validator.h"
 
@@ -84,8 +85,7 @@ void FillKvCacheInfo(SequenceStore &store, pb::KvCacheInfo *info) {
 }
 
 SequenceServiceImpl::SequenceServiceImpl(SequenceStore *store, PagedAttentionBackend *backend,
-                                         WorkerPool *workers,
-                                         const BatchSchedulerOptions &batching)
+                                         WorkerPool *workers, const BatchSchedulerOptions &batching)
     : store_(store),
       backend_(backend),
       workers_(workers),
@@ -102,8 +102,8 @@ bool SequenceServiceImpl::WaitSequencesGone(std::chrono::milliseconds timeout) {
     store_->SweepExpired();  // TTL expiry needs no lookup to happen while draining
     if (store_->live_sequences() == 0 && in_flight_.load() == 0) return true;
     if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50),
-                                                          deadline - Clock::now()));
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - Clock::now()));
   }
 }
 
@@ -144,21 +144,30 @@ void SequenceServiceImpl::SetMetrics(metrics::Metrics *metrics) {
 
 void SequenceServiceImpl::InstrumentStep(metrics::Method method, StepRequest *r) const {
   if (metrics_ == nullptr) return;
-  r->done = [m = metrics_, b = metrics_backend_, method, response = r->response,
-             received = r->received, done = std::move(r->done)](const Status &s, bool ran) {
-    m->ObserveStep(method, s.ok(), std::chrono::duration<double>(Clock::now() - received).count());
-    if (s.ok() && ran) {
-      const auto &t = response->report().times();
-      m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(t.decode_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(t.queue_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kHostToDevice,
-                      static_cast<double>(t.host_to_device_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(t.kernel_us()) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kDeviceToHost,
-                      static_cast<double>(t.device_to_host_us()) * 1e-6);
+  r->done = [m = metrics_, b = metrics_backend_, method, received = r->received,
+             done = std::move(r->done)](StepResult &&result) {
+    m->ObserveStep(method, result.status.ok(),
+                   std::chrono::duration<double>(Clock::now() - received).count());
+    if (result.status.ok() && result.ran) {
+      const ExtendOutcome &out = result.outcome;
+      m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(result.decode_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(result.queue_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kHostToDevice, static_cast<double>(out.h2d_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(out.kernel_us) * 1e-6);
+      m->ObservePhase(b, metrics::Phase::kDeviceToHost, static_cast<double>(out.d2h_us) * 1e-6);
     }
-    done(s, ran);
+    done(std::move(result));
   };
+}
+
+StepRequest SequenceServiceImpl::NewStep(grpc::CallbackServerContext *context,
+                                         const std::string &owner, ExtendArgs args) {
+  StepRequest r;
+  r.cancelled = [context] { return context->IsCancelled(); };
+  r.deadline = context->deadline();
+  r.owner = owner;
+  r.args = std::move(args);
+  return r;
 }
 
 template <typename Fn>
@@ -203,18 +212,18 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::CreateSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, metrics::Method::kCreateSequence,
-                [this, owner, request, response]() -> Status {
-    auto config = ValidateCreateSequence(*request);
-    if (!config.ok()) return config.status();
-    ATTN_RETURN_IF_ERROR(backend_->SupportsSequence(config->dtype, config->kv_dtype,
-                                                    config->num_heads, config->num_kv_heads,
-                                                    config->head_dim));
-    auto seq = store_->Create(owner, std::move(*config));
-    if (!seq.ok()) return seq.status();
-    FillInfo(*store_, *seq->seq, response->mutable_sequence());
-    return Status::Ok();
-  });
+  return Submit(
+      context, metrics::Method::kCreateSequence, [this, owner, request, response]() -> Status {
+        auto config = ValidateCreateSequence(*request);
+        if (!config.ok()) return config.status();
+        ATTN_RETURN_IF_ERROR(backend_->SupportsSequence(config->dtype, config->kv_dtype,
+                                                        config->num_heads, config->num_kv_heads,
+                                                        config->head_dim));
+        auto seq = store_->Create(owner, std::move(*config));
+        if (!seq.ok()) return seq.status();
+        FillInfo(*store_, *seq->seq, response->mutable_sequence());
+        return Status::Ok();
+      });
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContext *context,
@@ -238,12 +247,13 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
     finish(args.status());
     return reactor;
   }
-  std::vector<StepRequest> steps(1);
-  steps[0].context = context;
-  steps[0].owner = owner;
-  steps[0].args = std::move(*args);
-  steps[0].response = response;
-  steps[0].done = [finish](const Status &s, bool) { finish(s); };
+  std::vector<StepRequest> steps;
+  steps.push_back(NewStep(context, owner, std::move(*args)));
+  steps[0].done = [this, finish, response, received = steps[0].received](StepResult &&r) {
+    if (r.status.ok())
+      FillExtendResponse(r, backend_->name(), backend_->device(), received, response);
+    finish(r.status);
+  };
   InstrumentStep(metrics::Method::kExtend, &steps[0]);
   if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
   return reactor;
@@ -295,16 +305,18 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
       pending->any_result = true;
       continue;
     }
-    StepRequest r;
-    r.context = context;
-    r.owner = owner;
-    r.args = std::move(*args);
-    r.response = result->mutable_response();
-    r.done = [pending, result, finish, set_error](const Status &s, bool ran) {
-      if (!s.ok()) set_error(result, s);
+    StepRequest r = NewStep(context, owner, std::move(*args));
+    r.done = [this, pending, result, finish, set_error, received = r.received](StepResult &&step) {
+      const Status &s = step.status;
+      if (s.ok()) {
+        FillExtendResponse(step, backend_->name(), backend_->device(), received,
+                           result->mutable_response());
+      } else {
+        set_error(result, s);
+      }
       {
         std::lock_guard<std::mutex> lock(pending->mu);
-        if (ran) {
+        if (step.ran) {
           pending->any_result = true;
         } else if (pending->dropped.ok()) {
           pending->dropped = s;
@@ -333,18 +345,18 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::TruncateSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, metrics::Method::kTruncateSequence,
-                [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
-    if (request->length() < 0) {
-      return InvalidArgument("length: expected >= 0, got " + std::to_string(request->length()));
-    }
-    auto seq = store_->Acquire(request->sequence_id(), owner);
-    if (!seq.ok()) return seq.status();
-    store_->Truncate(seq->seq.get(), request->length());
-    FillInfo(*store_, *seq->seq, response->mutable_sequence());
-    return Status::Ok();
-  });
+  return Submit(
+      context, metrics::Method::kTruncateSequence, [this, owner, request, response]() -> Status {
+        ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
+        if (request->length() < 0) {
+          return InvalidArgument("length: expected >= 0, got " + std::to_string(request->length()));
+        }
+        auto seq = store_->Acquire(request->sequence_id(), owner);
+        if (!seq.ok()) return seq.status();
+        store_->Truncate(seq->seq.get(), request->length());
+        FillInfo(*store_, *seq->seq, response->mutable_sequence());
+        return Status::Ok();
+      });
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::ForkSequence(grpc::CallbackServerContext *context,
@@ -356,14 +368,14 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ForkSequence(grpc::CallbackServer
   if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, metrics::Method::kForkSequence,
                 [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
-    std::optional<int64_t> length;
-    if (request->has_length()) length = request->length();
-    auto child = store_->Fork(request->sequence_id(), owner, length);
-    if (!child.ok()) return child.status();
-    FillInfo(*store_, *child->seq, response->mutable_sequence());
-    return Status::Ok();
-  });
+                  ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
+                  std::optional<int64_t> length;
+                  if (request->has_length()) length = request->length();
+                  auto child = store_->Fork(request->sequence_id(), owner, length);
+                  if (!child.ok()) return child.status();
+                  FillInfo(*store_, *child->seq, response->mutable_sequence());
+                  return Status::Ok();
+                });
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
@@ -372,14 +384,16 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ReleaseSequence(
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  return Submit(context, metrics::Method::kReleaseSequence,
-                [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
-    int64_t freed = 0;
-    ATTN_RETURN_IF_ERROR(store_->Release(request->sequence_id(), owner, &freed));
-    response->set_pages_freed(freed);
-    return Status::Ok();
-  }, /*run_here_when_full=*/true);
+  return Submit(
+      context, metrics::Method::kReleaseSequence,
+      [this, owner, request, response]() -> Status {
+        ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
+        int64_t freed = 0;
+        ATTN_RETURN_IF_ERROR(store_->Release(request->sequence_id(), owner, &freed));
+        response->set_pages_freed(freed);
+        return Status::Ok();
+      },
+      /*run_here_when_full=*/true);
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerContext *context,
@@ -390,12 +404,12 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::GetSequence(grpc::CallbackServerC
   if (!admitted.ok()) return security::Reject(context, admitted);
   return Submit(context, metrics::Method::kGetSequence,
                 [this, owner, request, response]() -> Status {
-    ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
-    auto seq = store_->Acquire(request->sequence_id(), owner);
-    if (!seq.ok()) return seq.status();
-    FillInfo(*store_, *seq->seq, response->mutable_sequence());
-    return Status::Ok();
-  });
+                  ATTN_RETURN_IF_ERROR(ValidateSequenceId(request->sequence_id()));
+                  auto seq = store_->Acquire(request->sequence_id(), owner);
+                  if (!seq.ok()) return seq.status();
+                  FillInfo(*store_, *seq->seq, response->mutable_sequence());
+                  return Status::Ok();
+                });
 }
 
 }  // namespace attn

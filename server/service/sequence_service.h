@@ -1,18 +1,21 @@
 // The attention.v1 SequenceService (sequence.proto) on gRPC's callback API:
 // stateful sequences over the paged KV cache (DESIGN.md §3, §7).
 //
-// Every call is validated, then handed to the shared worker pool
-// (RESOURCE_EXHAUSTED when its queue is full); the worker checks cancellation
-// and deadline, runs the operation through the SequenceStore (ExtendStep for
-// Extend), and finishes the call. Calls on one sequence are serialised by the
-// sequence's lock (concurrent Extends on one sequence run one after the other,
-// in lock order); calls on different sequences run in parallel on the workers.
-// The caller's identity is the request metadata "x-attn-identity" (absent:
-// anonymous ""). ExtendStream handles one request at a time per stream, in
-// order, one ExtendResult each (a message that does not parse gets an INVALID_ARGUMENT result
-// and the stream goes on; sequence_stream.cc). Compute runs on the CPU path
-// (CpuPagedAttention) in every build for now; the GPU paged kernels plug in
-// through PagedAttentionBackend. While draining, new sequences (CreateSequence,
+// Every call is admitted (CallGate: identity, limits) and validated first (INVALID_ARGUMENT
+// before any work). Sequence steps (Extend, each ExtendBatch entry, each ExtendStream message)
+// are then enqueued in the step batcher (batching/step_batcher.h: continuous batching across
+// RPCs, RESOURCE_EXHAUSTED when its queue is full), which drops steps cancelled or past their
+// deadline before launch, runs the rest through the SequenceStore and the PagedAttentionBackend
+// (the cpu path, CpuPagedAttention, or the GPU paged kernels in a CUDA build) and reports each
+// step's result to its completion callback, where this service builds the ExtendResponse
+// (extend_response.h) and finishes the call or writes the stream's result. The other calls
+// (Create, Truncate, Fork, Release, GetSequence) run on the shared worker pool
+// (RESOURCE_EXHAUSTED when its queue is full; ReleaseSequence then runs on the gRPC thread),
+// which checks cancellation and deadline first. Calls on one sequence are serialised by the
+// sequence's lock; calls on different sequences run in parallel. The caller's identity comes
+// from the CallGate (the open gate: metadata "x-attn-identity", absent: ""). ExtendStream
+// handles one request at a time per stream, in order, one ExtendResult each (a message that
+// does not parse gets an INVALID_ARGUMENT result and the stream goes on; sequence_stream.cc). While draining, new sequences (CreateSequence,
 // ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
@@ -34,7 +37,7 @@
 #include "kv_cache/sequence_store.h"
 #include "metrics/metrics.h"
 #include "security/call_gate.h"
-#include "service/worker_pool.h"
+#include "common/worker_pool.h"
 
 namespace attn {
 
@@ -131,9 +134,12 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// Records one finished call of `method` that started at `start` (no-op without metrics).
   void Observe(metrics::Method method, StatusCode code,
                std::chrono::steady_clock::time_point start) const;
-  /// Wraps `r->done` (set, with `r->response`) so that the step is counted and timed from
-  /// `r->received` when it ends, before the original `done` runs (no-op without metrics).
+  /// Wraps `r->done` (set) so that the step is counted and timed from `r->received` when it
+  /// ends, before the original `done` runs (no-op without metrics).
   void InstrumentStep(metrics::Method method, StepRequest *r) const;
+  /// A step of the call `context` (its cancellation and deadline) for `owner`; `done` unset.
+  static StepRequest NewStep(grpc::CallbackServerContext *context, const std::string &owner,
+                             ExtendArgs args);
   void CallStarted() { in_flight_.fetch_add(1); }
   /// Finishes a CreateSequence/ForkSequence with UNAVAILABLE (draining).
   grpc::ServerUnaryReactor *RefuseNewSequence(grpc::CallbackServerContext *context);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "service/extend_response.h"
 #include "service/sequence_service.h"
 #include "validation/sequence_validator.h"
 
@@ -96,13 +97,14 @@ class SequenceServiceImpl::StreamReactor
       Write();
       return;
     }
-    std::vector<StepRequest> steps(1);
-    steps[0].context = context_;
-    steps[0].owner = owner_;
-    steps[0].args = std::move(*args);
-    steps[0].response = result_.mutable_response();
-    steps[0].done = [this](const Status &s, bool) {
-      SetResult(s);
+    std::vector<StepRequest> steps;
+    steps.push_back(NewStep(context_, owner_, std::move(*args)));
+    steps[0].done = [this, received = steps[0].received](StepResult &&r) {
+      if (r.status.ok()) {
+        FillExtendResponse(r, service_->backend_->name(), service_->backend_->device(), received,
+                           result_.mutable_response());
+      }
+      SetResult(r.status);
       Write();
     };
     service_->InstrumentStep(metrics::Method::kExtendStream, &steps[0]);

@@ -14,6 +14,7 @@
 
 #include "attn/kernels/host_dtype.h"
 #include "backends/cpu_backend.h"
+#include "validation/attend_validator.h"
 
 namespace attn {
 namespace {

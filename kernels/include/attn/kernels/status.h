@@ -1,7 +1,9 @@
 // Status and StatusOr: the error type that crosses module boundaries (DESIGN.md §13.1).
 //
-// Codes mirror gRPC's canonical codes so the service converts them one-to-one at its edge.
-// Kernels themselves return cudaError_t; backends convert once, here. No exceptions cross modules.
+// Codes mirror gRPC's canonical codes, so the services convert them one-to-one at their edge
+// (ToGrpc, server/service/grpc_status.h). Kernel entry points return Status as well: a failed
+// CUDA call becomes INTERNAL naming its cudaError_t where it happens (in the kernel's .cu or the
+// backend), never later. No exceptions cross modules.
 // Thread-safety: value types, safe to copy between threads.
 #pragma once
 

@@ -1,0 +1,161 @@
+#include "batching/attend_batcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "batching/attend_coalescer.h"
+
+namespace attn {
+
+// One queued call: the work and its scheduler bookkeeping (BatchItem).
+class AttendBatcher::AttendItem final : public BatchItem {
+ public:
+  explicit AttendItem(AttendWork w) : work(std::move(w)) {}
+  bool Cancelled() const override { return work.cancelled && work.cancelled(); }
+  std::chrono::system_clock::time_point deadline() const override { return work.deadline; }
+  void Drop(const Status& status) override { Finish(status); }
+
+  /// True when nobody waits for the result any more: cancelled, or past its deadline.
+  bool Abandoned() const {
+    return Cancelled() || std::chrono::system_clock::now() >= work.deadline;
+  }
+  /// Why a computation stopped for this call (after the backend returned CANCELLED).
+  Status StopStatus() const {
+    if (std::chrono::system_clock::now() >= work.deadline) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "deadline passed while computing; the computation was stopped");
+    }
+    return Status(StatusCode::kCancelled,
+                  "cancelled by the client while computing; the computation was stopped");
+  }
+  /// Sizes result.o (and result.lse) for the call's output; returns the lse buffer or null.
+  float* AllocateOutput() {
+    const ValidatedAttend& v = *work.validated;
+    result.o.resize(v.o_bytes);
+    if (!v.shape.return_lse) return nullptr;
+    result.lse.resize(static_cast<size_t>(v.shape.lse_elements()) * sizeof(float));
+    return reinterpret_cast<float*>(result.lse.data());
+  }
+  /// Answers the call with `status` (an error: no output).
+  void Finish(const Status& status) {
+    AttendResult r;
+    r.status = status;
+    work.done(std::move(r));
+  }
+  /// Answers the call OK with `result` and the launch's numbers.
+  void FinishOk(const ExecuteTimes& times, int64_t batch_size, int64_t batch_tokens) {
+    result.status = Status::Ok();
+    result.times = times;
+    result.batch_size = batch_size;
+    result.batch_tokens = batch_tokens;
+    result.queue_us = std::max<int64_t>(0, dequeued_us - enqueued_us);
+    work.done(std::move(result));
+  }
+
+  AttendWork work;
+  AttendResult result;  // output buffers while computing
+};
+
+AttendBatcher::AttendBatcher(const BatchSchedulerOptions& options, std::function<void()> on_fault,
+                             std::function<int64_t()> now_us)
+    : on_fault_(std::move(on_fault)) {
+  scheduler_ = std::make_unique<BatchScheduler>(
+      options, [this](std::vector<std::unique_ptr<BatchItem>>& batch) { RunBatch(batch); },
+      std::move(now_us));
+}
+
+Status AttendBatcher::Enqueue(AttendWork work) {
+  auto item = std::make_unique<AttendItem>(std::move(work));
+  const ValidatedAttend& v = *item->work.validated;
+  item->signature = AttendSignature(v, item->work.backend->name());
+  // A call that may not share a launch (MayCoalesce) gets a signature of its own.
+  if (!MayCoalesce(v, *item->work.backend)) {
+    item->signature += "|call" + std::to_string(reinterpret_cast<uintptr_t>(item.get()));
+  }
+  item->tokens = v.query_tokens;
+  std::unique_ptr<BatchItem> queued = std::move(item);
+  return scheduler_->Enqueue(&queued);
+}
+
+void AttendBatcher::RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch) {
+  std::vector<AttendItem*> calls;
+  calls.reserve(batch.size());
+  for (auto& item : batch) calls.push_back(static_cast<AttendItem*>(item.get()));
+  if (calls.size() > 1 && RunPacked(calls)) return;
+  for (AttendItem* c : calls) {
+    if (c->Cancelled()) {
+      c->Finish(Status(StatusCode::kCancelled, "cancelled by the client while queued"));
+      continue;
+    }
+    RunAlone(c);
+  }
+}
+
+bool AttendBatcher::RunPacked(std::vector<AttendItem*>& calls) {
+  std::vector<const ValidatedAttend*> parts;
+  parts.reserve(calls.size());
+  for (AttendItem* c : calls) parts.push_back(c->work.validated);
+  Backend* backend = calls.front()->work.backend;
+  auto packed = PackedAttend::Pack(parts);
+  Status s = packed.ok() ? backend->Supports(packed->shape()) : packed.status();
+  ExecuteTimes times;
+  // The launch stops (cpu reference) once every call in it is abandoned.
+  auto all_abandoned = [&calls] {
+    for (const AttendItem* c : calls) {
+      if (!c->Abandoned()) return false;
+    }
+    return true;
+  };
+  if (s.ok()) s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
+  if (s.code() == StatusCode::kCancelled) {
+    for (AttendItem* c : calls) c->Finish(c->StopStatus());
+    return true;
+  }
+  if (s.code() == StatusCode::kInternal) {
+    if (on_fault_) on_fault_();
+    for (AttendItem* c : calls) c->Finish(s);
+    return true;
+  }
+  if (!s.ok()) {
+    // The packed problem cannot run as one launch here: each call runs on its own.
+    spdlog::debug("Attend: batch of {} not launched together ({}); running them one by one",
+                  calls.size(), s.ToString());
+    return false;
+  }
+  const int64_t n = static_cast<int64_t>(calls.size());
+  const int64_t tokens = packed->query_tokens();
+  double flops = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    AttendItem* c = calls[i];
+    const ValidatedAttend& v = *c->work.validated;
+    flops += v.flops;
+    float* lse = c->AllocateOutput();
+    packed->Scatter(i, v, c->result.o.data(), lse);
+    c->FinishOk(times, n, tokens);
+  }
+  if (on_launch_) on_launch_({backend, n, tokens, flops, &packed->shape(), times.kernel_us});
+  return true;
+}
+
+void AttendBatcher::RunAlone(AttendItem* call) {
+  const ValidatedAttend& v = *call->work.validated;
+  float* lse = call->AllocateOutput();
+  ExecuteTimes times;
+  Status s = call->work.backend->ExecuteUntil(
+      v.shape, v.Tensors(call->result.o.data(), lse), [call] { return call->Abandoned(); }, &times);
+  if (s.code() == StatusCode::kCancelled) s = call->StopStatus();
+  if (!s.ok()) {
+    if (s.code() == StatusCode::kInternal && on_fault_) on_fault_();
+    call->Finish(s);
+    return;
+  }
+  if (on_launch_) {
+    on_launch_({call->work.backend, 1, v.query_tokens, v.flops, &v.shape, times.kernel_us});
+  }
+  call->FinishOk(times, 1, v.query_tokens);
+}
+
+}  // namespace attn
