@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: install what is missing, build (CUDA when nvcc is present), run all ctest suites
+# Every test: install what is missing, check the include rule and the file/function sizes
+# (scripts/check_includes.py, check_sizes.py; docs/architecture.md), build (CUDA when nvcc is present), run all ctest suites
 # (unit, parity, python, integration; GPU tests skip without a device and say so), then a
 # CPU-only AddressSanitizer+UndefinedBehaviorSanitizer build running the unit and integration
 # tests, then the request fuzzer for a bounded time (scripts/fuzz.sh, clang build in
@@ -11,6 +12,9 @@ stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; stage_start=$(date +%s); }
 stage_end() { echo "=== $1 took $(( $(date +%s) - stage_start ))s"; }
 
 stage "bootstrap"; "$root/scripts/bootstrap.sh"; stage_end bootstrap
+stage "source checks (include rule, sizes)"
+python3 "$root/scripts/check_includes.py" && python3 "$root/scripts/check_sizes.py"
+stage_end "source checks"
 stage "build"; "$root/scripts/build.sh"; stage_end build
 stage "ctest (default build)"
 ctest --test-dir "$root/build" --output-on-failure -j 2 --timeout 600
