@@ -37,7 +37,9 @@ def path_rows(data):
 def batch_rows(data):
     for mode, r in data.items():
         if isinstance(r, dict) and "steps_per_s_steady" in r:
-            yield f"batching-{mode} steady_steps_per_s", r.get("steps_per_s_steady")
+            # 0 or None: the run had no steady window (a session ended before the last
+            # prefill); left out rather than counted as 0 steps/s.
+            yield f"batching-{mode} steady_steps_per_s", r.get("steps_per_s_steady") or None
             yield f"batching-{mode} step_p50_ms", (r.get("step_ms") or {}).get("p50")
             errs = r.get("errors") or {}
             yield f"batching-{mode} errors", sum(errs.values()) if isinstance(errs, dict) else errs

@@ -234,6 +234,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
       health_fanout->SetServingStatus(false);
     }
   };
+  sequence_service.SetFaultHandler(on_fault);  // a paged-gpu fault: NOT_SERVING too
   attn::metrics::Metrics metrics(
       MetricsBackendNames(*built->registry, *kv),
       attn::metrics::BuildInfoLabels(BuildInfoOf(config, *built, threads)));

@@ -143,6 +143,14 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
   RunExtendSteps(store_, backend_, f->steps.data(), f->steps.size(), &f->total, &phases);
   const Clock::time_point ran = Clock::now();
   f->batch_us = Us(started, ran);
+  if (on_fault_) {
+    for (const BatchedExtend& s : f->steps) {
+      if (s.status.code() == StatusCode::kInternal) {
+        on_fault_();
+        break;
+      }
+    }
+  }
   if (on_batch_) {
     int64_t tokens = 0;
     for (const BatchedExtend& s : f->steps) tokens += s.args->q_shape[0];

@@ -93,6 +93,11 @@ class StepBatcher {
   void SetBatchObserver(std::function<void(int64_t steps, int64_t tokens)> observer) {
     on_batch_ = std::move(observer);
   }
+  /// `on_fault()` is called on the batch thread when a batch's launch failed with INTERNAL (a
+  /// device fault: the lane latches it and every later launch fails the same way), as the
+  /// Attend path does (batching/attend_batcher.h); the server turns health NOT_SERVING. Those
+  /// steps still get their INTERNAL status. Set before the first Enqueue.
+  void SetFaultHandler(std::function<void()> on_fault) { on_fault_ = std::move(on_fault); }
   /// Wakes the scheduler to drop cancelled steps now (from OnCancel).
   void Notify() { scheduler_->Notify(); }
   /// Runs what is queued, sends every response, then stops the threads and logs (info) where
@@ -124,6 +129,7 @@ class StepBatcher {
   Totals all_, decode_;  // decode_: batches whose steps all have T = 1
   bool summary_logged_ = false;
   std::function<void(int64_t, int64_t)> on_batch_;
+  std::function<void()> on_fault_;
   WorkerPool responders_;                      // stops after the scheduler (declared before it)
   std::unique_ptr<BatchScheduler> scheduler_;  // last: its threads stop first
 };

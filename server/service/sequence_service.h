@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -120,6 +121,11 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// Sequence steps waiting in the batching queue, and their query tokens.
   int64_t queued_requests() const { return steps_->queued_requests(); }
   int64_t queued_tokens() const { return steps_->queued_tokens(); }
+  /// `on_fault()` runs when a sequence step's launch fails with INTERNAL (a device fault; the
+  /// server turns health NOT_SERVING, as for Attend). Set before serving.
+  void SetFaultHandler(std::function<void()> on_fault) {
+    steps_->SetFaultHandler(std::move(on_fault));
+  }
   /// The step batcher (for tests and shutdown).
   StepBatcher *step_batcher() { return steps_.get(); }
 

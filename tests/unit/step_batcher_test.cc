@@ -87,15 +87,47 @@ struct Step {
   std::promise<void> finished;
 };
 
+// The real cpu paged backend whose batched launches fail with INTERNAL (a device fault, as a
+// GPU lane reports it) once `ok_launches` have run.
+class FaultingPaged final : public PagedAttentionBackend {
+ public:
+  explicit FaultingPaged(int ok_launches) : ok_launches_(ok_launches) {}
+  const std::string& name() const override { return cpu_.name(); }
+  const std::string& device() const override { return cpu_.device(); }
+  Status Append(const PagedLayerView& layer, int64_t start, int64_t tokens, const void* k,
+                const void* v, DType src_dtype, int64_t* saturations) override {
+    return cpu_.Append(layer, start, tokens, k, v, src_dtype, saturations);
+  }
+  Status CopyPage(const kernels::PagedKvPool& pool, int32_t src, int32_t dst,
+                  int64_t tokens) override {
+    return cpu_.CopyPage(pool, src, dst, tokens);
+  }
+  Status Attend(const PagedLayerView& layer, const PagedQuery& q, void* o) override {
+    return cpu_.Attend(layer, q, o);
+  }
+  Status AppendAttendBatch(PagedAppendItem* appends, const PagedAttendItem* attends, size_t n,
+                           LaunchTimes* times) override {
+    if (launches_++ >= ok_launches_) return Internal("injected: CUDA error an illegal address");
+    return cpu_.AppendAttendBatch(appends, attends, n, times);
+  }
+
+ private:
+  CpuPagedAttention cpu_{1};
+  int ok_launches_;
+  int launches_ = 0;
+};
+
 class StepBatcherTest : public ::testing::Test {
  protected:
-  void Make(int64_t max_requests, int64_t max_queued = 64) {
+  void Make(int64_t max_requests, int64_t max_queued = 64,
+            PagedAttentionBackend* backend = nullptr) {
     BatchSchedulerOptions o;
     o.policy = {1 << 20, max_requests, 60'000'000};
     o.threads = 1;
     o.max_queued = max_queued;
     o.name = "sequence steps";
-    batcher_ = std::make_unique<StepBatcher>(world_.store.get(), &world_.compute, o,
+    batcher_ = std::make_unique<StepBatcher>(world_.store.get(),
+                                             backend ? backend : &world_.compute, o,
                                              [] { return int64_t{0}; });
   }
   StepRequest Request(Step* step, const std::string& id, std::function<bool()> cancelled = nullptr,
@@ -226,6 +258,30 @@ TEST_F(StepBatcherTest, RefusedEnqueueHandsTheRequestsBackWithoutCallingDone) {
   EXPECT_EQ(second.done_calls.load(), 0);
   EXPECT_EQ(third.done_calls.load(), 0);
   EXPECT_EQ(world_.Length(b), 0);
+}
+
+TEST_F(StepBatcherTest, InternalFromTheLaunchIsADeviceFault) {
+  FaultingPaged faulting(/*ok_launches=*/1);
+  Make(1, 64, &faulting);
+  std::atomic<int> faults{0};
+  batcher_->SetFaultHandler([&faults] { faults.fetch_add(1); });
+  const std::string id = world_.Create();
+  Step good(0, 1, 1), bad(1, 1, 2);
+  std::vector<StepRequest> first;
+  first.push_back(Request(&good, id));
+  ASSERT_TRUE(batcher_->Enqueue(&first).ok());
+  Wait(&good);
+  ASSERT_TRUE(good.result.status.ok()) << good.result.status.ToString();
+  EXPECT_EQ(faults.load(), 0);  // a good launch is no fault
+  std::vector<StepRequest> second;
+  second.push_back(Request(&bad, id));
+  ASSERT_TRUE(batcher_->Enqueue(&second).ok());
+  Wait(&bad);
+  EXPECT_EQ(bad.result.status.code(), StatusCode::kInternal) << bad.result.status.ToString();
+  EXPECT_TRUE(bad.result.ran);
+  EXPECT_EQ(faults.load(), 1);
+  EXPECT_EQ(world_.Length(id), 1);  // the failed step was rolled back
+  batcher_->Stop();
 }
 
 }  // namespace
