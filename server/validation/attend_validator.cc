@@ -25,7 +25,7 @@ StatusOr<int64_t> Elements(const Tensor& t, const std::string& field) {
   for (int i = 0; i < t.shape_size(); ++i) {
     const int64_t d = t.shape(i);
     if (d < 0) {
-      return InvalidArgument(field + ".shape[" + std::to_string(i) + "]: expected >= 0, got " +
+      return InvalidArgument(field + ".shape[" + std::to_string(i) + "]: expected >= 1, got " +
                              std::to_string(d));
     }
     if (d == 0) {

@@ -190,6 +190,10 @@ StatusOr<ExtendArgs> ValidateExtend(const pb::ExtendRequest &r) {
   a.sequence_id = r.sequence_id();
   a.layer = r.layer();
   a.position = r.position();
+  if (a.position < 0) {  // never a layer's length: a malformed request, not a stale one
+    return InvalidArgument("position: expected >= 0 (the layer's current length), got " +
+                           std::to_string(a.position));
+  }
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.q(), "q", &a.q_dtype, &a.q_shape));
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.k(), "k", &a.k_dtype, &a.k_shape));
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.v(), "v", &a.v_dtype, &a.v_shape));

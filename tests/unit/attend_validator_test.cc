@@ -102,7 +102,7 @@ TEST(AttendValidator, RejectsEachBadField) {
 
   r = Padded(1, 4, 4, 2, 2, 8);
   r.mutable_q()->set_shape(0, -1);
-  ExpectInvalid(r, "q.shape[0]: expected >= 0");
+  ExpectInvalid(r, "q.shape[0]: expected >= 1");
 
   r = Padded(1, 4, 4, 2, 2, 8);
   r.add_q_lengths(5);

@@ -1,5 +1,6 @@
 // CreateSequence.reserve_tokens bound (sequence.proto: [0, 2^24], outside it INVALID_ARGUMENT
-// naming the field, before the cache is asked; issue 14 item 6).
+// naming the field, before the cache is asked; issue 14 item 6); a negative Extend position is
+// INVALID_ARGUMENT (never a layer's length; was FAILED_PRECONDITION from the cache).
 #include "validation/sequence_validator.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,17 @@ TEST(SequenceValidator, ReserveTokensBoundIsTheDocumentedOne) {
     EXPECT_NE(v.status().message().find("reserve_tokens"), std::string::npos)
         << v.status().message();
   }
+}
+
+TEST(SequenceValidator, NegativePositionIsInvalidArgument) {
+  attention::v1::ExtendRequest r;
+  r.set_sequence_id(std::string(32, 'a'));
+  r.set_position(-1);
+  auto v = ValidateExtend(r);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(v.status().message(),
+            "position: expected >= 0 (the layer's current length), got -1");
 }
 
 }  // namespace
