@@ -77,11 +77,14 @@ class SequenceServiceImpl::StreamReactor
     if (grpc::Status parsed =
             grpc::SerializationTraits<pb::ExtendRequest>::Deserialize(&in_, &request_);
         !parsed.ok()) {
+      // grpc's parser usually gives no reason: then the message says none, not "()".
+      const std::string why = parsed.error_message().empty()
+                                  ? std::string()
+                                  : " (" + Utf8SafeEcho(parsed.error_message(), 256) + ")";
       SetResult(InvalidArgument(
           "message " + std::to_string(messages_) +
-          " of this stream is not a valid attention.v1.ExtendRequest (" +
-          Utf8SafeEcho(parsed.error_message(), 256) +
-          "): nothing of it was applied; the stream goes on with the next message"));
+          " of this stream is not a valid attention.v1.ExtendRequest" + why +
+          ": nothing of it was applied; the stream goes on with the next message"));
       Write();
       return;
     }

@@ -106,6 +106,7 @@ def test_unparseable_stream_message_is_answered_and_the_stream_goes_on():
         assert [x.code for x in results] == [0, 3, 3, 0], [x.message for x in results]
         assert "message 2 of this stream is not a valid attention.v1.ExtendRequest" in \
             results[1].message
+        assert "()" not in results[1].message, results[1].message  # no empty reason
         assert results[3].response.length == 3
         assert length(stub, sid) == 3
         # Unary: gRPC's callback API refuses an unparseable request before the service sees it.
