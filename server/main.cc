@@ -83,8 +83,8 @@ void AddKvFacts(const attn::KvRuntime& kv, attn::BuiltBackends* built) {
   }
 }
 
-// The backends metrics label: the registry's, then the KV cache's paged backend ("cpu" or
-// "gpu", which labels the sequence steps' phases and batches) when not among them.
+// The backends metrics label: the registry's, then the KV cache's paged backend ("paged-cpu"
+// or "paged-gpu", which labels the sequence steps' phases and batches) when not among them.
 std::vector<std::string> MetricsBackendNames(const attn::BackendRegistry& registry,
                                              const attn::KvRuntime& kv) {
   std::vector<std::string> names;
