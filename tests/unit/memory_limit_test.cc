@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "config/server_config.h"
 #include "config/server_flags.h"
 
@@ -53,6 +55,13 @@ TEST(MemoryLimitTest, ThisProcessHasALimitAndTheFlagDefaultFollowsIt) {
   char* argv3[] = {prog, q};
   ASSERT_EQ(ParseServerFlags(2, argv3, &given), -1);
   EXPECT_EQ(given.grpc_memory_bytes, 3 * (int64_t{1} << 30));
+  // Given through its ATTN_ variable, it is kept too.
+  ::setenv("ATTN_GRPC_MEMORY_BYTES", "5G", 1);
+  ServerConfig from_env;
+  const int parsed = ParseServerFlags(1, argv, &from_env);
+  ::unsetenv("ATTN_GRPC_MEMORY_BYTES");
+  ASSERT_EQ(parsed, -1);
+  EXPECT_EQ(from_env.grpc_memory_bytes, 5 * (int64_t{1} << 30));
 }
 
 }  // namespace
