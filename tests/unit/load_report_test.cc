@@ -12,36 +12,14 @@
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
 #include "kv_cache/host_pool.h"
+#include "kv_test_fixtures.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
 
-class LoadReporterTest : public ::testing::Test {
- protected:
-  LoadReporterTest()
-      : memory_(std::move(*HostPool::Create(1 << 20))), pages_(memory_.get(), PagePoolOptions{}) {}
-  std::unique_ptr<SequenceStore> MakeStore(uint32_t tag, const std::string &address) {
-    SequenceStoreOptions o;
-    o.replica_tag = tag;
-    o.replica_address = address;
-    return std::make_unique<SequenceStore>(&pages_, o);
-  }
-  static SequenceConfig Config() {
-    SequenceConfig c;
-    c.num_layers = 1;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.num_heads = 4;
-    c.dtype = c.kv_dtype = DType::kFloat32;
-    c.scale = 0.25f;
-    c.reserve_tokens = 32;
-    return c;
-  }
-  std::unique_ptr<HostPool> memory_;
-  PagePool pages_;
-};
+class LoadReporterTest : public testing::ReplicaStoreTestBase {};
 
 TEST_F(LoadReporterTest, LoadReportCountsSequencesPagesInFlightQueueAndDraining) {
   auto store = MakeStore(0xabcdef01u, "pod-a:50051");

@@ -11,18 +11,14 @@
 #include <vector>
 
 #include "kv_cache/host_pool.h"
+#include "kv_test_fixtures.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
 
-struct PoolFixture {
-  explicit PoolFixture(int64_t bytes = 1 << 20, PagePoolOptions o = {4, 8, true})
-      : memory(std::move(*HostPool::Create(bytes))), pool(memory.get(), o) {}
-  std::unique_ptr<HostPool> memory;
-  PagePool pool;
-};
+using testing::PoolFixture;
 
 TEST(SubPool, FreeListExhaustionRefcountsNoLeaks) {
   // 64 KiB pool, pages of K=1 x 4 tokens x H=16 fp32 = 256 B; chunks of 8 pages

@@ -13,6 +13,7 @@
 
 #include "kv_cache/page_pool.h"
 #include "kv_cache/host_pool.h"
+#include "kv_test_fixtures.h"
 
 namespace attn {
 namespace {
@@ -51,12 +52,7 @@ TEST(Fp8E4M3, EveryCodeRoundTripsAndSaturates) {
   EXPECT_EQ(kernels::FloatToFp8E4M3(std::nanf("")), 0x7f);
 }
 
-struct PoolFixture {
-  explicit PoolFixture(int64_t bytes = 1 << 20, PagePoolOptions o = {4, 8, true})
-      : memory(std::move(*HostPool::Create(bytes))), pool(memory.get(), o) {}
-  std::unique_ptr<HostPool> memory;
-  PagePool pool;
-};
+using testing::PoolFixture;
 
 TEST(PagedKvCpu, AppendGatherThroughShuffledBlockTable) {
   PoolFixture f;

@@ -19,18 +19,14 @@
 #include "kv_cache/host_pool.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_id.h"
+#include "kv_test_fixtures.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
 
-struct PoolFixture {
-  explicit PoolFixture(int64_t bytes = 1 << 20, PagePoolOptions o = {4, 8, true})
-      : memory(std::move(*HostPool::Create(bytes))), pool(memory.get(), o) {}
-  std::unique_ptr<HostPool> memory;
-  PagePool pool;
-};
+using testing::PoolFixture;
 
 class StoreTest : public ::testing::Test {
  protected:
@@ -330,30 +326,7 @@ TEST_F(StoreTest, Fp8ScalesFromFirstPrefill) {
   EXPECT_EQ(s->seq->fp8_saturations, 0);
 }
 
-class ReplicaStoreTest : public ::testing::Test {
- protected:
-  ReplicaStoreTest()
-      : memory_(std::move(*HostPool::Create(1 << 20))), pages_(memory_.get(), PagePoolOptions{}) {}
-  std::unique_ptr<SequenceStore> MakeStore(uint32_t tag, const std::string &address) {
-    SequenceStoreOptions o;
-    o.replica_tag = tag;
-    o.replica_address = address;
-    return std::make_unique<SequenceStore>(&pages_, o);
-  }
-  static SequenceConfig Config() {
-    SequenceConfig c;
-    c.num_layers = 1;
-    c.num_kv_heads = 2;
-    c.head_dim = 8;
-    c.num_heads = 4;
-    c.dtype = c.kv_dtype = DType::kFloat32;
-    c.scale = 0.25f;
-    c.reserve_tokens = 32;
-    return c;
-  }
-  std::unique_ptr<HostPool> memory_;
-  PagePool pages_;
-};
+class ReplicaStoreTest : public testing::ReplicaStoreTestBase {};
 
 TEST_F(ReplicaStoreTest, IdsCarryTheStoreTagAndForeignIdsAreNotFoundNamingBothTags) {
   auto a = MakeStore(0x11111111u, "10.0.0.1:50051");
