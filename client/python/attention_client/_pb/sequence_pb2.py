@@ -15,7 +15,7 @@ _sym_db = _symbol_database.Default()
 from . import attention_pb2 as attention_dot_v1_dot_attention__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttention/v1/sequence.proto\x12\x0c\x61ttention.v1\x1a\x1c\x61ttention/v1/attention.proto\"\x91\x02\n\x15\x43reateSequenceRequest\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\"\n\x05\x64type\x18\x05 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12\x16\n\x0ereserve_tokens\x18\x07 \x01(\x03\x12\x10\n\x08k_scales\x18\x08 \x03(\x02\x12\x10\n\x08v_scales\x18\t \x03(\x02\x12\x12\n\x05scale\x18\n \x01(\x02H\x00\x88\x01\x01\x42\x08\n\x06_scale\"\x8c\x03\n\x0cSequenceInfo\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x12\n\nnum_layers\x18\x02 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x03 \x01(\x05\x12\x10\n\x08head_dim\x18\x04 \x01(\x05\x12\x11\n\tnum_heads\x18\x05 \x01(\x05\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x07 \x01(\x0e\x32\x13.attention.v1.DType\x12\x15\n\rlayer_lengths\x18\x08 \x03(\x03\x12\r\n\x05pages\x18\t \x01(\x03\x12\x16\n\x0ereserved_pages\x18\n \x01(\x03\x12\x13\n\x0bpage_tokens\x18\x0b \x01(\x05\x12\r\n\x05scale\x18\x0c \x01(\x02\x12\x17\n\x0f\x66p8_saturations\x18\r \x01(\x03\x12\x10\n\x08k_scales\x18\x0e \x03(\x02\x12\x10\n\x08v_scales\x18\x0f \x03(\x02\x12\x0f\n\x07idle_us\x18\x10 \x01(\x03\x12\x17\n\x0freplica_address\x18\x11 \x01(\t\"F\n\x16\x43reateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"\xa8\x01\n\rExtendRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x10\n\x08position\x18\x03 \x01(\x03\x12\x1f\n\x01q\x18\x04 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01k\x18\x05 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01v\x18\x06 \x01(\x0b\x32\x14.attention.v1.Tensor\"\x82\x01\n\x0e\x45xtendResponse\x12\x1f\n\x01o\x18\x01 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12-\n\x06report\x18\x04 \x01(\x0b\x32\x1d.attention.v1.ExecutionReport\"@\n\x12\x45xtendBatchRequest\x12*\n\x05steps\x18\x01 \x03(\x0b\x32\x1b.attention.v1.ExtendRequest\"]\n\x0c\x45xtendResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x08response\x18\x03 \x01(\x0b\x32\x1c.attention.v1.ExtendResponse\"B\n\x13\x45xtendBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.attention.v1.ExtendResult\">\n\x17TruncateSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x03\"H\n\x18TruncateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"J\n\x13\x46orkSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x13\n\x06length\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"D\n\x14\x46orkSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"-\n\x16ReleaseSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\".\n\x17ReleaseSequenceResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\x03\")\n\x12GetSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\"C\n\x13GetSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo2\xc2\x05\n\x0fSequenceService\x12[\n\x0e\x43reateSequence\x12#.attention.v1.CreateSequenceRequest\x1a$.attention.v1.CreateSequenceResponse\x12\x43\n\x06\x45xtend\x12\x1b.attention.v1.ExtendRequest\x1a\x1c.attention.v1.ExtendResponse\x12R\n\x0b\x45xtendBatch\x12 .attention.v1.ExtendBatchRequest\x1a!.attention.v1.ExtendBatchResponse\x12K\n\x0c\x45xtendStream\x12\x1b.attention.v1.ExtendRequest\x1a\x1a.attention.v1.ExtendResult(\x01\x30\x01\x12\x61\n\x10TruncateSequence\x12%.attention.v1.TruncateSequenceRequest\x1a&.attention.v1.TruncateSequenceResponse\x12U\n\x0c\x46orkSequence\x12!.attention.v1.ForkSequenceRequest\x1a\".attention.v1.ForkSequenceResponse\x12^\n\x0fReleaseSequence\x12$.attention.v1.ReleaseSequenceRequest\x1a%.attention.v1.ReleaseSequenceResponse\x12R\n\x0bGetSequence\x12 .attention.v1.GetSequenceRequest\x1a!.attention.v1.GetSequenceResponseB\x03\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttention/v1/sequence.proto\x12\x0c\x61ttention.v1\x1a\x1c\x61ttention/v1/attention.proto\"\x91\x02\n\x15\x43reateSequenceRequest\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tnum_heads\x18\x04 \x01(\x05\x12\"\n\x05\x64type\x18\x05 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12\x16\n\x0ereserve_tokens\x18\x07 \x01(\x03\x12\x10\n\x08k_scales\x18\x08 \x03(\x02\x12\x10\n\x08v_scales\x18\t \x03(\x02\x12\x12\n\x05scale\x18\n \x01(\x02H\x00\x88\x01\x01\x42\x08\n\x06_scale\"\x8c\x03\n\x0cSequenceInfo\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x12\n\nnum_layers\x18\x02 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x03 \x01(\x05\x12\x10\n\x08head_dim\x18\x04 \x01(\x05\x12\x11\n\tnum_heads\x18\x05 \x01(\x05\x12\"\n\x05\x64type\x18\x06 \x01(\x0e\x32\x13.attention.v1.DType\x12+\n\x0ekv_cache_dtype\x18\x07 \x01(\x0e\x32\x13.attention.v1.DType\x12\x15\n\rlayer_lengths\x18\x08 \x03(\x03\x12\r\n\x05pages\x18\t \x01(\x03\x12\x16\n\x0ereserved_pages\x18\n \x01(\x03\x12\x13\n\x0bpage_tokens\x18\x0b \x01(\x05\x12\r\n\x05scale\x18\x0c \x01(\x02\x12\x17\n\x0f\x66p8_saturations\x18\r \x01(\x03\x12\x10\n\x08k_scales\x18\x0e \x03(\x02\x12\x10\n\x08v_scales\x18\x0f \x03(\x02\x12\x0f\n\x07idle_us\x18\x10 \x01(\x03\x12\x17\n\x0freplica_address\x18\x11 \x01(\t\"F\n\x16\x43reateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"\xbd\x01\n\rExtendRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x10\n\x08position\x18\x03 \x01(\x03\x12\x1f\n\x01q\x18\x04 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01k\x18\x05 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01v\x18\x06 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x13\n\x0b\x61ppend_only\x18\x07 \x01(\x08\"\x82\x01\n\x0e\x45xtendResponse\x12\x1f\n\x01o\x18\x01 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12-\n\x06report\x18\x04 \x01(\x0b\x32\x1d.attention.v1.ExecutionReport\"?\n\x0bRegionSlice\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\"I\n\nPackedStep\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x03\x12\x14\n\x0cquery_tokens\x18\x03 \x01(\x03\"\xf7\x02\n\x11PackedExtendBatch\x12\r\n\x05layer\x18\x01 \x01(\x05\x12\'\n\x05steps\x18\x02 \x03(\x0b\x32\x18.attention.v1.PackedStep\x12\x1f\n\x01q\x18\x03 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01k\x18\x04 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x1f\n\x01v\x18\x05 \x01(\x0b\x32\x14.attention.v1.Tensor\x12\x13\n\x0b\x61ppend_only\x18\x06 \x01(\x08\x12+\n\x08q_region\x18\x07 \x01(\x0b\x32\x19.attention.v1.RegionSlice\x12+\n\x08k_region\x18\x08 \x01(\x0b\x32\x19.attention.v1.RegionSlice\x12+\n\x08v_region\x18\t \x01(\x0b\x32\x19.attention.v1.RegionSlice\x12+\n\x08o_region\x18\n \x01(\x0b\x32\x19.attention.v1.RegionSlice\"~\n\x12\x45xtendBatchRequest\x12*\n\x05steps\x18\x01 \x03(\x0b\x32\x1b.attention.v1.ExtendRequest\x12/\n\x06packed\x18\x02 \x01(\x0b\x32\x1f.attention.v1.PackedExtendBatch\x12\x0b\n\x03tag\x18\x03 \x01(\x04\"c\n\x10PackedStepResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06length\x18\x03 \x01(\x03\x12\x10\n\x08replayed\x18\x04 \x01(\x08\x12\x0e\n\x06kv_len\x18\x05 \x01(\x03\"]\n\x0c\x45xtendResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12.\n\x08response\x18\x03 \x01(\x0b\x32\x1c.attention.v1.ExtendResponse\"\xed\x01\n\x13\x45xtendBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.attention.v1.ExtendResult\x12\x1f\n\x01o\x18\x02 \x01(\x0b\x32\x14.attention.v1.Tensor\x12-\n\x05steps\x18\x03 \x03(\x0b\x32\x1e.attention.v1.PackedStepResult\x12-\n\x06report\x18\x04 \x01(\x0b\x32\x1d.attention.v1.ExecutionReport\x12\x0b\n\x03tag\x18\x05 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\"7\n\x18SharedMemoryLeaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"=\n\x19SharedMemoryLeaseResponse\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\">\n\x17TruncateSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x03\"H\n\x18TruncateSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"J\n\x13\x46orkSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\x12\x13\n\x06length\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_length\"D\n\x14\x46orkSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo\"-\n\x16ReleaseSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\".\n\x17ReleaseSequenceResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\x03\")\n\x12GetSequenceRequest\x12\x13\n\x0bsequence_id\x18\x01 \x01(\t\"C\n\x13GetSequenceResponse\x12,\n\x08sequence\x18\x01 \x01(\x0b\x32\x1a.attention.v1.SequenceInfo2\x8a\x07\n\x0fSequenceService\x12[\n\x0e\x43reateSequence\x12#.attention.v1.CreateSequenceRequest\x1a$.attention.v1.CreateSequenceResponse\x12\x43\n\x06\x45xtend\x12\x1b.attention.v1.ExtendRequest\x1a\x1c.attention.v1.ExtendResponse\x12R\n\x0b\x45xtendBatch\x12 .attention.v1.ExtendBatchRequest\x1a!.attention.v1.ExtendBatchResponse\x12K\n\x0c\x45xtendStream\x12\x1b.attention.v1.ExtendRequest\x1a\x1a.attention.v1.ExtendResult(\x01\x30\x01\x12\\\n\x11\x45xtendBatchStream\x12 .attention.v1.ExtendBatchRequest\x1a!.attention.v1.ExtendBatchResponse(\x01\x30\x01\x12h\n\x11SharedMemoryLease\x12&.attention.v1.SharedMemoryLeaseRequest\x1a\'.attention.v1.SharedMemoryLeaseResponse(\x01\x30\x01\x12\x61\n\x10TruncateSequence\x12%.attention.v1.TruncateSequenceRequest\x1a&.attention.v1.TruncateSequenceResponse\x12U\n\x0c\x46orkSequence\x12!.attention.v1.ForkSequenceRequest\x1a\".attention.v1.ForkSequenceResponse\x12^\n\x0fReleaseSequence\x12$.attention.v1.ReleaseSequenceRequest\x1a%.attention.v1.ReleaseSequenceResponse\x12R\n\x0bGetSequence\x12 .attention.v1.GetSequenceRequest\x1a!.attention.v1.GetSequenceResponseB\x03\xf8\x01\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -30,31 +30,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESEQUENCERESPONSE']._serialized_start=750
   _globals['_CREATESEQUENCERESPONSE']._serialized_end=820
   _globals['_EXTENDREQUEST']._serialized_start=823
-  _globals['_EXTENDREQUEST']._serialized_end=991
-  _globals['_EXTENDRESPONSE']._serialized_start=994
-  _globals['_EXTENDRESPONSE']._serialized_end=1124
-  _globals['_EXTENDBATCHREQUEST']._serialized_start=1126
-  _globals['_EXTENDBATCHREQUEST']._serialized_end=1190
-  _globals['_EXTENDRESULT']._serialized_start=1192
-  _globals['_EXTENDRESULT']._serialized_end=1285
-  _globals['_EXTENDBATCHRESPONSE']._serialized_start=1287
-  _globals['_EXTENDBATCHRESPONSE']._serialized_end=1353
-  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_start=1355
-  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_end=1417
-  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_start=1419
-  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_end=1491
-  _globals['_FORKSEQUENCEREQUEST']._serialized_start=1493
-  _globals['_FORKSEQUENCEREQUEST']._serialized_end=1567
-  _globals['_FORKSEQUENCERESPONSE']._serialized_start=1569
-  _globals['_FORKSEQUENCERESPONSE']._serialized_end=1637
-  _globals['_RELEASESEQUENCEREQUEST']._serialized_start=1639
-  _globals['_RELEASESEQUENCEREQUEST']._serialized_end=1684
-  _globals['_RELEASESEQUENCERESPONSE']._serialized_start=1686
-  _globals['_RELEASESEQUENCERESPONSE']._serialized_end=1732
-  _globals['_GETSEQUENCEREQUEST']._serialized_start=1734
-  _globals['_GETSEQUENCEREQUEST']._serialized_end=1775
-  _globals['_GETSEQUENCERESPONSE']._serialized_start=1777
-  _globals['_GETSEQUENCERESPONSE']._serialized_end=1844
-  _globals['_SEQUENCESERVICE']._serialized_start=1847
-  _globals['_SEQUENCESERVICE']._serialized_end=2553
+  _globals['_EXTENDREQUEST']._serialized_end=1012
+  _globals['_EXTENDRESPONSE']._serialized_start=1015
+  _globals['_EXTENDRESPONSE']._serialized_end=1145
+  _globals['_REGIONSLICE']._serialized_start=1147
+  _globals['_REGIONSLICE']._serialized_end=1210
+  _globals['_PACKEDSTEP']._serialized_start=1212
+  _globals['_PACKEDSTEP']._serialized_end=1285
+  _globals['_PACKEDEXTENDBATCH']._serialized_start=1288
+  _globals['_PACKEDEXTENDBATCH']._serialized_end=1663
+  _globals['_EXTENDBATCHREQUEST']._serialized_start=1665
+  _globals['_EXTENDBATCHREQUEST']._serialized_end=1791
+  _globals['_PACKEDSTEPRESULT']._serialized_start=1793
+  _globals['_PACKEDSTEPRESULT']._serialized_end=1892
+  _globals['_EXTENDRESULT']._serialized_start=1894
+  _globals['_EXTENDRESULT']._serialized_end=1987
+  _globals['_EXTENDBATCHRESPONSE']._serialized_start=1990
+  _globals['_EXTENDBATCHRESPONSE']._serialized_end=2227
+  _globals['_SHAREDMEMORYLEASEREQUEST']._serialized_start=2229
+  _globals['_SHAREDMEMORYLEASEREQUEST']._serialized_end=2284
+  _globals['_SHAREDMEMORYLEASERESPONSE']._serialized_start=2286
+  _globals['_SHAREDMEMORYLEASERESPONSE']._serialized_end=2347
+  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_start=2349
+  _globals['_TRUNCATESEQUENCEREQUEST']._serialized_end=2411
+  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_start=2413
+  _globals['_TRUNCATESEQUENCERESPONSE']._serialized_end=2485
+  _globals['_FORKSEQUENCEREQUEST']._serialized_start=2487
+  _globals['_FORKSEQUENCEREQUEST']._serialized_end=2561
+  _globals['_FORKSEQUENCERESPONSE']._serialized_start=2563
+  _globals['_FORKSEQUENCERESPONSE']._serialized_end=2631
+  _globals['_RELEASESEQUENCEREQUEST']._serialized_start=2633
+  _globals['_RELEASESEQUENCEREQUEST']._serialized_end=2678
+  _globals['_RELEASESEQUENCERESPONSE']._serialized_start=2680
+  _globals['_RELEASESEQUENCERESPONSE']._serialized_end=2726
+  _globals['_GETSEQUENCEREQUEST']._serialized_start=2728
+  _globals['_GETSEQUENCEREQUEST']._serialized_end=2769
+  _globals['_GETSEQUENCERESPONSE']._serialized_start=2771
+  _globals['_GETSEQUENCERESPONSE']._serialized_end=2838
+  _globals['_SEQUENCESERVICE']._serialized_start=2841
+  _globals['_SEQUENCESERVICE']._serialized_end=3747
 # @@protoc_insertion_point(module_scope)

@@ -61,6 +61,16 @@ class SequenceServiceStub(object):
                 request_serializer=attention_dot_v1_dot_sequence__pb2.ExtendRequest.SerializeToString,
                 response_deserializer=attention_dot_v1_dot_sequence__pb2.ExtendResult.FromString,
                 _registered_method=True)
+        self.ExtendBatchStream = channel.stream_stream(
+                '/attention.v1.SequenceService/ExtendBatchStream',
+                request_serializer=attention_dot_v1_dot_sequence__pb2.ExtendBatchRequest.SerializeToString,
+                response_deserializer=attention_dot_v1_dot_sequence__pb2.ExtendBatchResponse.FromString,
+                _registered_method=True)
+        self.SharedMemoryLease = channel.stream_stream(
+                '/attention.v1.SequenceService/SharedMemoryLease',
+                request_serializer=attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseRequest.SerializeToString,
+                response_deserializer=attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseResponse.FromString,
+                _registered_method=True)
         self.TruncateSequence = channel.unary_unary(
                 '/attention.v1.SequenceService/TruncateSequence',
                 request_serializer=attention_dot_v1_dot_sequence__pb2.TruncateSequenceRequest.SerializeToString,
@@ -117,6 +127,25 @@ class SequenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExtendBatchStream(self, request_iterator, context):
+        """Batches in flight (micro-batch pipelining): each request is one ExtendBatch, answered by
+        exactly one ExtendBatchResponse carrying its tag as soon as it completes, so replies may
+        come out of order (tags are the client's; the server does not check them). A request-level
+        error (what would fail a unary ExtendBatch, or a message that does not parse) is that
+        response's code and message, and the stream goes on. The server works on at most
+        --max-batches-in-flight requests of one stream at a time (default 4) and reads the next
+        one when one completes. The stream ends as ExtendStream does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SharedMemoryLease(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TruncateSequence(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -163,6 +192,16 @@ def add_SequenceServiceServicer_to_server(servicer, server):
                     servicer.ExtendStream,
                     request_deserializer=attention_dot_v1_dot_sequence__pb2.ExtendRequest.FromString,
                     response_serializer=attention_dot_v1_dot_sequence__pb2.ExtendResult.SerializeToString,
+            ),
+            'ExtendBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExtendBatchStream,
+                    request_deserializer=attention_dot_v1_dot_sequence__pb2.ExtendBatchRequest.FromString,
+                    response_serializer=attention_dot_v1_dot_sequence__pb2.ExtendBatchResponse.SerializeToString,
+            ),
+            'SharedMemoryLease': grpc.stream_stream_rpc_method_handler(
+                    servicer.SharedMemoryLease,
+                    request_deserializer=attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseRequest.FromString,
+                    response_serializer=attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseResponse.SerializeToString,
             ),
             'TruncateSequence': grpc.unary_unary_rpc_method_handler(
                     servicer.TruncateSequence,
@@ -294,6 +333,60 @@ class SequenceService(object):
             '/attention.v1.SequenceService/ExtendStream',
             attention_dot_v1_dot_sequence__pb2.ExtendRequest.SerializeToString,
             attention_dot_v1_dot_sequence__pb2.ExtendResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExtendBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/attention.v1.SequenceService/ExtendBatchStream',
+            attention_dot_v1_dot_sequence__pb2.ExtendBatchRequest.SerializeToString,
+            attention_dot_v1_dot_sequence__pb2.ExtendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SharedMemoryLease(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/attention.v1.SequenceService/SharedMemoryLease',
+            attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseRequest.SerializeToString,
+            attention_dot_v1_dot_sequence__pb2.SharedMemoryLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
