@@ -93,6 +93,12 @@ class ServerProc:
         except grpc.RpcError as e:
             return f"rpc error: {e.code().name}"
 
+    def under_asan(self):
+        """True when the server runs with AddressSanitizer's runtime (libasan mapped: the CI's
+        ASan stage, scripts/build.sh --sanitize), whose shadow memory and redzones add to RSS."""
+        with open(f"/proc/{self.pid}/maps") as f:
+            return any("libasan" in line for line in f)
+
     def rss_bytes(self):
         """Resident memory of the server process (VmRSS), bytes."""
         with open(f"/proc/{self.pid}/status") as f:
