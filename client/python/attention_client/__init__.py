@@ -11,6 +11,9 @@ from . import errors
 from .client import AttendResult, AttentionClient, ExtendResult, Report
 from .sequence import Sequence
 from .stream import ExtendStream
+from .batch_stream import BatchStream
+from .packed_calls import PackedResult, StepResult
+from .shared_memory import SharedRegion
 from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
 from .replicas import ReplicaSet
 from .ecosystems import jax_dot_product_attention, torch_sdpa
@@ -24,7 +27,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
-    "ExtendStream", "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
+    "ExtendStream", "BatchStream", "PackedResult", "StepResult", "SharedRegion",
+    "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
     "torch_sdpa", "jax_dot_product_attention",
     "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
