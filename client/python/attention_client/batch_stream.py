@@ -166,7 +166,8 @@ class BatchStream:
                 raise self._error
             self._pending[tag] = (fut, call, tm)
             for seq, pos, n in steps:
-                seq._lengths[int(layer)] = pos + int(n)
+                if 0 <= int(layer) < len(seq._lengths):  # (else the server refuses it)
+                    seq._lengths[int(layer)] = pos + int(n)
             self._requests.put(req)
         return fut
 

@@ -243,7 +243,8 @@ class PackedCalls:
             res = StepResult(length=int(r.length), replayed=bool(r.replayed),
                              kv_len=int(r.kv_len))
             lens = seq._lengths
-            lens[c.layer] = max(lens[c.layer], res.length) if stream else res.length
+            if 0 <= c.layer < len(lens):
+                lens[c.layer] = max(lens[c.layer], res.length) if stream else res.length
             out.append(res)
         tm.lap("decode_us")
         return PackedResult(o=o, steps=out, report=Report.from_pb(msg.report), tag=int(msg.tag))
