@@ -109,7 +109,7 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   void SetMetrics(metrics::Metrics *metrics);
   /// The host shared-memory regions SharedMemoryLease registers into (not owned; must outlive
   /// the service). Unset: every lease gets UNIMPLEMENTED. Set before serving.
-  void SetSharedMemory(shm::RegionRegistry *regions) { regions_ = regions; }
+  void SetSharedMemory(shm::RegionRegistry *regions) { shm_regions_ = regions; }
   /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
   /// sequences (and new ExtendStreams) are still served.
   void StartDraining() { draining_.store(true); }
@@ -187,7 +187,7 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   // Open SharedMemoryLeases (registered after admission, removed in OnDone), and their regions.
   std::mutex leases_mu_;
   std::unordered_set<LeaseReactor *> leases_;
-  shm::RegionRegistry *regions_ = nullptr;
+  shm::RegionRegistry *shm_regions_ = nullptr;
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 

@@ -33,7 +33,7 @@ class SequenceServiceImpl::LeaseReactor
   LeaseReactor(SequenceServiceImpl *service, grpc::CallbackServerContext *context)
       : service_(service), context_(context) {
     const grpc::Status admitted = service_->gate_->Admit(*context, nullptr, &owner_);
-    if (admitted.ok() && service_->regions_ != nullptr && !service_->draining_.load()) {
+    if (admitted.ok() && service_->shm_regions_ != nullptr && !service_->draining_.load()) {
       std::lock_guard<std::mutex> registry(service_->leases_mu_);
       service_->leases_.insert(this);
       registered_ = true;
@@ -41,7 +41,7 @@ class SequenceServiceImpl::LeaseReactor
     std::lock_guard<std::mutex> lock(mu_);
     if (!admitted.ok()) {
       End(admitted);
-    } else if (service_->regions_ == nullptr) {
+    } else if (service_->shm_regions_ == nullptr) {
       End(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                        "this server has no shared-memory registry"));
     } else if (!registered_) {
@@ -73,7 +73,7 @@ class SequenceServiceImpl::LeaseReactor
                               "the first message of this stream is not a valid "
                               "attention.v1.SharedMemoryLeaseRequest"));
     }
-    auto region = service_->regions_->Register(owner_, request.name(), request.bytes());
+    auto region = service_->shm_regions_->Register(owner_, request.name(), request.bytes());
     if (!region.ok()) {
       spdlog::debug("SharedMemoryLease refused: {}", region.status().ToString());
       return End(ToGrpc(region.status()));
@@ -159,7 +159,7 @@ class SequenceServiceImpl::LeaseReactor
   /// Called with mu_ held.
   void ReleaseRegion() {
     if (region_id_.empty()) return;
-    service_->regions_->Release(region_id_);
+    service_->shm_regions_->Release(region_id_);
     region_id_.clear();
   }
   /// Releases the region, finishes the stream once and counts it. Called with mu_ held.
