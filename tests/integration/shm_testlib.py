@@ -52,10 +52,11 @@ class ShmObject:
 
 class Lease:
     """A SharedMemoryLease stream: the first message names the object; `region()` waits for the
-    response (raises grpc.RpcError when the server refused); `close()` half-closes (the server
+    response (raises grpc.RpcError when the server refused); the identity is `who`
+    (x-attn-identity) unless `metadata` is given (e.g. a bearer token); `close()` half-closes (the server
     then releases the region and ends the stream OK), `cancel()` cancels."""
 
-    def __init__(self, stub, name, size, who="", timeout=120):
+    def __init__(self, stub, name, size, who="", timeout=120, metadata=None):
         self._q = queue.Queue()
         self._q.put(spb.SharedMemoryLeaseRequest(name=name, bytes=size))
 
@@ -66,7 +67,8 @@ class Lease:
                     return
                 yield item
 
-        self.call = stub.SharedMemoryLease(gen(), metadata=identity(who), timeout=timeout)
+        self.call = stub.SharedMemoryLease(
+            gen(), metadata=identity(who) if metadata is None else metadata, timeout=timeout)
 
     def region(self):
         return next(self.call)

@@ -3,8 +3,8 @@ attention-server (cpu) on loopback: a region id per lease (32 lowercase hex), th
 (no such object: NOT_FOUND; too small, bad name, not a regular file: INVALID_ARGUMENT; the
 --max-shared-memory-* limits: RESOURCE_EXHAUSTED), later messages ignored, and the region
 released when the lease ends however it ends (the client closes, cancels, or is killed with
-SIGKILL; the drain ends open leases and refuses new ones), seen in the attn_shared_memory_*
-gauges and attn_requests_total.
+SIGKILL; the drain ends open leases and refuses new ones; a revoked token ends its identity's
+leases), seen in the attn_shared_memory_* gauges and attn_requests_total.
 
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_shared_memory.py
 """
@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import grpc
@@ -222,3 +223,31 @@ def test_the_drain_refuses_new_leases_and_ends_open_ones():
         assert server.proc.wait(timeout=60) == 0
     channel.close()
     server.close()
+
+
+def test_a_revoked_token_ends_its_identitys_leases():
+    alice, bob = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write(f"alice {alice}\nbob {bob}\n")
+        server = mt.Server("--auth-token-file", tokens)
+        try:
+            stub = spb_grpc.SequenceServiceStub(grpc.insecure_channel(server.target))
+            with ShmObject(4096) as obj:
+                leases = {who: Lease(stub, obj.name, 4096,
+                                     metadata=(("authorization", "Bearer " + token),))
+                          for who, token in (("alice", alice), ("bob", bob))}
+                for lease in leases.values():
+                    lease.region()
+                with open(tokens, "w") as f:
+                    f.write(f"bob {bob}\n")
+                server.proc.send_signal(signal.SIGHUP)
+                with pytest.raises(grpc.RpcError) as e:
+                    next(leases["alice"].call)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                wait_for("alice's region released", lambda: gauges(server)["regions"] == 1)
+                assert not leases["bob"].call.done()
+                assert leases["bob"].close() == grpc.StatusCode.OK
+        finally:
+            assert server.close() == 0
