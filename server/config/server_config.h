@@ -82,6 +82,12 @@ struct ServerConfig {
   double response_write_timeout_s = 30.0;     ///< a finished call whose response is not taken
                                               ///< by then is cancelled (frees its memory)
   int32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  /// Host shared-memory regions (SharedMemoryLease, server/shm/) mapped at once, every identity
+  /// together; at most 4096 (the SIGBUS guard's table); 0: leases refused.
+  int64_t max_shared_memory_regions = 256;
+  /// Bytes of those regions mapped at once (address space and page tables of the server, not
+  /// memory: region_registry.h says why 64 GiB); 0: leases refused.
+  int64_t max_shared_memory_bytes = int64_t{64} << 30;
   double keepalive_time_s = 60.0;             ///< server pings an idle connection this often
   double keepalive_timeout_s = 20.0;          ///< and closes it when no ack comes in time
   double max_connection_idle_s = 600.0;       ///< closes connections without calls this long

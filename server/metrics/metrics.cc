@@ -338,6 +338,12 @@ Registration Metrics::RegisterKvCache(std::function<KvCacheStats()> stats) {
   return Registration(this, AddSource(std::move(s)));
 }
 
+Registration Metrics::RegisterSharedMemory(std::function<SharedMemoryStats()> stats) {
+  Source s;
+  s.shm = std::move(stats);
+  return Registration(this, AddSource(std::move(s)));
+}
+
 void Metrics::SetDevicePeaks(double flops_per_second, double bytes_per_second) {
   collector_->SetPeaks(flops_per_second, bytes_per_second);
 }

@@ -17,6 +17,9 @@
 // handles one request at a time per stream, in order, one ExtendResult each (a message that
 // does not parse gets an INVALID_ARGUMENT result and the stream goes on; sequence_stream.cc). While draining, new sequences (CreateSequence,
 // ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served.
+// SharedMemoryLease (shm_lease.cc) maps a client's host shared-memory object as a region of the
+// caller's identity (shm/region_registry.h) for as long as its stream is open; new leases get
+// UNAVAILABLE while draining, and EndStreams ends the open ones.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 
@@ -39,18 +42,21 @@
 #include "metrics/metrics.h"
 #include "security/call_gate.h"
 #include "common/worker_pool.h"
+#include "shm/region_registry.h"
 
 namespace attn {
 
 namespace internal {
 using sv = attention::v1::SequenceService;
-/// The callback service with ExtendStream raw (ByteBuffer in and out): the stream reactor
-/// parses and serialises its messages itself (sequence_stream.cc). The other methods are typed.
+/// The callback service with ExtendStream and SharedMemoryLease raw (ByteBuffer in and out):
+/// their reactors parse and serialise their messages themselves (sequence_stream.cc,
+/// shm_lease.cc). The other methods are typed.
 using SequenceServiceBase = sv::WithCallbackMethod_CreateSequence<
     sv::WithCallbackMethod_Extend<sv::WithCallbackMethod_ExtendBatch<
-        sv::WithRawCallbackMethod_ExtendStream<sv::WithCallbackMethod_TruncateSequence<
-            sv::WithCallbackMethod_ForkSequence<sv::WithCallbackMethod_ReleaseSequence<
-                sv::WithCallbackMethod_GetSequence<sv::Service>>>>>>>>;
+        sv::WithRawCallbackMethod_ExtendStream<sv::WithRawCallbackMethod_SharedMemoryLease<
+            sv::WithCallbackMethod_TruncateSequence<sv::WithCallbackMethod_ForkSequence<
+                sv::WithCallbackMethod_ReleaseSequence<
+                    sv::WithCallbackMethod_GetSequence<sv::Service>>>>>>>>>;
 }  // namespace internal
 
 class SequenceServiceImpl final : public internal::SequenceServiceBase {
@@ -75,6 +81,10 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// answered with an INVALID_ARGUMENT ExtendResult, and the stream goes on).
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *ExtendStream(
       grpc::CallbackServerContext *context) override;
+  /// Raw: the first message (a SharedMemoryLeaseRequest) registers the region, later ones are
+  /// ignored; the region is released when the stream ends (shm_lease.cc).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *SharedMemoryLease(
+      grpc::CallbackServerContext *context) override;
   grpc::ServerUnaryReactor *TruncateSequence(
       grpc::CallbackServerContext *context, const attention::v1::TruncateSequenceRequest *request,
       attention::v1::TruncateSequenceResponse *response) override;
@@ -97,6 +107,9 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// every step batch (Metrics::ObserveStepBatch), under the KV backend's name; not owned, may
   /// be null. Set before serving.
   void SetMetrics(metrics::Metrics *metrics);
+  /// The host shared-memory regions SharedMemoryLease registers into (not owned; must outlive
+  /// the service). Unset: every lease gets UNIMPLEMENTED. Set before serving.
+  void SetSharedMemory(shm::RegionRegistry *regions) { shm_regions_ = regions; }
   /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
   /// sequences (and new ExtendStreams) are still served.
   void StartDraining() { draining_.store(true); }
@@ -106,13 +119,15 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// Ends every open ExtendStream for shutdown: one waiting for its next message ends now, one
   /// with a step in progress right after that step's result is written; each ends with
   /// UNAVAILABLE ("server is shutting down"), and any stream opened later too. Without this an
-  /// idle open stream held the drain until --drain-timeout-s (exit code 3).
+  /// idle open stream held the drain until --drain-timeout-s (exit code 3). Open
+  /// SharedMemoryLeases end likewise (their regions released; calls using one finish first).
   void EndStreams();
   /// For identities that lost their last token (SIGHUP reload): ends each one's open
   /// ExtendStreams with UNAUTHENTICATED (one waiting for its next message at once, one with a
   /// step in progress right after that step's result is written) and releases every sequence
   /// it holds (SequenceStore::ReleaseOwner; a later call on one gets NOT_FOUND "revoked"),
-  /// logging a warning per identity. Returns the sequences released.
+  /// and ends its SharedMemoryLeases (UNAUTHENTICATED, regions released), logging a warning per
+  /// identity. Returns the sequences released.
   int64_t RevokeIdentities(const std::vector<std::string> &identities);
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
@@ -131,6 +146,10 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
 
  private:
   class StreamReactor;
+  class LeaseReactor;
+  /// Ends every open lease (EndStreams) / `identity`'s leases, returning how many (shm_lease.cc).
+  void EndLeases();
+  int64_t RevokeLeases(const std::string &identity);
   /// Runs `fn` on a worker and finishes the call with its status. A full worker queue refuses
   /// the call with RESOURCE_EXHAUSTED, except with `run_here_when_full` (ReleaseSequence: a
   /// release frees memory, so load never refuses it; it runs on the gRPC thread instead).
@@ -164,7 +183,11 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   // Open ExtendStreams (registered after admission, removed in OnDone), for EndStreams.
   std::mutex streams_mu_;
   std::unordered_set<StreamReactor *> streams_;
-  std::atomic<bool> ending_streams_{false};
+  std::atomic<bool> ending_streams_{false};  // EndStreams ran: streams and leases end
+  // Open SharedMemoryLeases (registered after admission, removed in OnDone), and their regions.
+  std::mutex leases_mu_;
+  std::unordered_set<LeaseReactor *> leases_;
+  shm::RegionRegistry *shm_regions_ = nullptr;
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 

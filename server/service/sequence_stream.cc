@@ -232,9 +232,12 @@ class SequenceServiceImpl::StreamReactor
 };
 
 void SequenceServiceImpl::EndStreams() {
-  std::lock_guard<std::mutex> registry(streams_mu_);
-  ending_streams_.store(true);
-  for (StreamReactor *stream : streams_) stream->EndForShutdown();
+  {
+    std::lock_guard<std::mutex> registry(streams_mu_);
+    ending_streams_.store(true);
+    for (StreamReactor *stream : streams_) stream->EndForShutdown();
+  }
+  EndLeases();
 }
 
 int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &identities) {
@@ -245,13 +248,15 @@ int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &id
       std::lock_guard<std::mutex> registry(streams_mu_);
       for (StreamReactor *stream : streams_) streams += stream->EndIfOwnedBy(identity) ? 1 : 0;
     }
+    const int64_t leases = RevokeLeases(identity);
     int64_t pages = 0;
     const int64_t released = store_->ReleaseOwner(identity, &pages);
     released_total += released;
     spdlog::warn(
-        "token revoked: identity \"{}\" has no token left; {} open ExtendStreams ended "
-        "(UNAUTHENTICATED), {} sequences released ({} KV pages freed)",
-        identity, streams, released, pages);
+        "token revoked: identity \"{}\" has no token left; {} open ExtendStreams and {} "
+        "shared-memory leases ended (UNAUTHENTICATED), {} sequences released ({} KV pages "
+        "freed)",
+        identity, streams, leases, released, pages);
   }
   return released_total;
 }

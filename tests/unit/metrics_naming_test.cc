@@ -84,11 +84,13 @@ TEST(MetricsNaming, EveryFamilyFollowsTheConventions) {
   });
   auto req = m.RegisterRequestGauges([] { return int64_t{2}; }, [] { return int64_t{1}; });
   auto pool = m.RegisterDevicePool([] { return std::pair<int64_t, int64_t>{1000, 10}; });
+  auto shm = m.RegisterSharedMemory([] { return SharedMemoryStats{1, 4096, 1, 0}; });
   const auto families = Parse(m.Render());
   const std::regex name_re("^attn_[a-z0-9]+(_[a-z0-9]+)*$");
   const std::set<std::string> base_units = {"seconds", "bytes", "requests", "tokens", "pages",
                                             "sequences", "second", "total", "info", "error",
-                                            "flight", "queued", "ratio", "steps"};
+                                            "flight", "queued", "ratio", "steps", "regions",
+                                            "leases"};
   int attn_families = 0;
   for (const auto& [name, f] : families) {
     if (name.rfind("attn_", 0) != 0) continue;
@@ -281,6 +283,21 @@ TEST(MetricsNaming, ShadowObservations) {
   EXPECT_DOUBLE_EQ(Value(t, "attn_shadow_relative_error_sum{backend=\"cpu\"}"), 10 + 3e-6);
   EXPECT_EQ(Value(t, "attn_shadow_mismatches_total{backend=\"cpu\"}"), 1);
   EXPECT_EQ(Value(t, "attn_shadow_dropped_total{backend=\"cpu\"}"), 1);
+}
+
+TEST(MetricsRegistration, SharedMemoryGaugesSumRegistrationsAndVanishWithThem) {
+  Metrics m = MakeMetrics();
+  EXPECT_EQ(Value(m.Render(), "attn_shared_memory_regions"), -1);  // no samples yet
+  {
+    auto a = m.RegisterSharedMemory([] { return SharedMemoryStats{2, 8192, 1, 3}; });
+    auto b = m.RegisterSharedMemory([] { return SharedMemoryStats{1, 4096, 1, 1}; });
+    const std::string t = m.Render();
+    EXPECT_EQ(Value(t, "attn_shared_memory_regions"), 3);
+    EXPECT_EQ(Value(t, "attn_shared_memory_bytes"), 12288);
+    EXPECT_EQ(Value(t, "attn_shared_memory_leases"), 2);
+    EXPECT_EQ(Value(t, "attn_shared_memory_broken_total"), 4);
+  }
+  EXPECT_EQ(Value(m.Render(), "attn_shared_memory_bytes"), -1);
 }
 
 TEST(MetricsRegistration, ScrapeTimeCallbacksAndUnregistering) {
