@@ -17,6 +17,11 @@ are computed first; all parts (small bytes objects and memoryviews of the caller
 of the pinned host buffer) are joined once, so the tensor bytes are copied exactly once here.
 The fields come out in field-number order, so the bytes equal protobuf's own serialisation.
 
+Packed request (encode_packed): ``tag(packed, LEN) varint(len) P`` then the request's tag, P
+being PackedExtendBatch(layer, steps).SerializeToString(), the q/k/v fields as above (a tensor
+in shared memory: dtype and shape only), then PackedExtendBatch(append_only, regions)
+serialised: field-number order again. decode_packed walks ExtendBatchResponse → o → data.
+
 Reply (decode_batch / decode_result / decode_response): the bytes are walked (varint tags,
 every wire type skipped by its rules, groups included) down results → response → o → data,
 and re-serialised without the data fields (nested lengths recomputed, every other field kept
