@@ -199,14 +199,11 @@ def test_duplicate_tag_refused(client):
     rng = np.random.default_rng(4)
     a, b = handle(client, 20), handle(client, 21)
     with client.batch_stream(max_in_flight=2) as bs:
-        f = bs.submit(0, [(a, 0, 1)], *batch(rng, 1), tag=5)
-        try:
-            bs.submit(0, [(b, 0, 1)], *batch(rng, 1), tag=5)
-            raised = False
-        except ac.InvalidArgument as e:  # still in flight
-            raised = "still in flight" in str(e)
-        assert f.result(10).tag == 5
-        assert raised or bs.in_flight == 0  # (unless the reply came first)
+        f = bs.submit(0, [(a, 0, 1)], *batch(rng, 1), tag=150)  # held by the fake
+        with pytest.raises(ac.InvalidArgument, match="tag 150 is still in flight"):
+            bs.submit(0, [(b, 0, 1)], *batch(rng, 1), tag=150)
+        g = bs.submit(0, [(b, 0, 1)], *batch(rng, 1), tag=7)  # releases the held one
+        assert (f.result(10).tag, g.result(10).tag) == (150, 7)
 
 
 def test_shared_region_equals_inline_and_closes(client, fake):
@@ -243,15 +240,59 @@ def test_shared_region_equals_inline_and_closes(client, fake):
 def test_region_busy_in_a_stream(client):
     rng = np.random.default_rng(6)
     a, b = handle(client, 40), handle(client, 41)
-    with client.shared_region(1 << 16) as region, client.batch_stream(max_in_flight=2) as bs:
-        f = bs.submit(0, [(a, 0, 2)], *batch(rng, 2), region=region)
-        try:
-            g = bs.submit(0, [(b, 0, 2)], *batch(rng, 2), region=region)
-            busy = False
-        except ac.InvalidArgument as e:
-            busy, g = "in use" in str(e), None
-        assert f.result(10).steps[0].length == 2
-        assert busy or g.result(10) is not None
-        q, k, v = batch(rng, 2)  # the region is free again once the reply came
-        r = bs.extend(0, [(b, 0 if busy else 2, 2)], q, k, v, region=region, timeout=10)
+    with client.shared_region(1 << 16) as region, client.batch_stream(max_in_flight=3) as bs:
+        qa, ka, va = batch(rng, 2)
+        f = bs.submit(0, [(a, 0, 2)], qa, ka, va, region=region, tag=100)  # held
+        with pytest.raises(ac.InvalidArgument, match="in use by a batch in flight"):
+            bs.submit(0, [(b, 0, 2)], *batch(rng, 2), region=region)
+        qb, kb, vb = batch(rng, 2)
+        g = bs.submit(0, [(b, 0, 2)], qb, kb, vb, tag=1)  # inline; releases the held one
+        np.testing.assert_array_equal(f.result(10).o, 2 * qa)
+        np.testing.assert_array_equal(g.result(10).o, 2 * qb)
+        q, k, v = batch(rng, 2)  # the region is free again once its reply came
+        r = bs.extend(0, [(b, 2, 2)], q, k, v, region=region, timeout=10)
         np.testing.assert_array_equal(r.o, 2 * q)
+
+
+@pytest.mark.parametrize("max_call_bytes", [128 << 20, 1024])
+def test_layer_calls_rows_tokens_and_chunks(client, max_call_bytes):
+    """LayerCalls.extend_layer (the transformers integration's one call per layer): the tokens
+    each packed call carries, their positions, and o put back at those tokens (zeros
+    elsewhere); a big step split into several calls. Needs torch."""
+    torch = pytest.importorskip("torch", reason="LayerCalls needs torch")
+    from attention_client.layer_calls import LayerCalls
+    calls = LayerCalls(client, max_call_bytes=max_call_bytes)
+    calls.record = True
+    B, T = 3, 6
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, T, h, 8, generator=g) for h in (4, 2, 2))
+    hs = [handle(client, 50 + b) for b in range(B)]
+    seen = []
+    real = client.extend_packed
+
+    def spy(layer, steps, *a, **kw):
+        seen.append([(s.id, pos, n) for s, pos, n in steps])
+        return real(layer, steps, *a, **kw)
+    client.extend_packed = spy
+    try:
+        o, failures = calls.extend_layer(0, [hs[0], None, hs[2]], [10, 0, 0], q, k, v,
+                                         select=[[1, 2, 3, 4, 5], None, [0, 5]])
+        assert failures == {}
+        want = torch.zeros_like(q)
+        want[0, 1:] = 2 * q[0, 1:]
+        want[2, [0, 5]] = 2 * q[2, [0, 5]]
+        assert torch.equal(o, want)
+        if max_call_bytes > 1 << 20:
+            assert seen == [[(hs[0].id, 10, 5), (hs[2].id, 0, 2)]]
+        else:  # 1 KiB a call, 256 B a token, 2 rows: 2 tokens per row per call
+            assert seen == [[(hs[0].id, 10, 2), (hs[2].id, 0, 2)], [(hs[0].id, 12, 2)],
+                            [(hs[0].id, 14, 1)]]
+        seen.clear()
+        o, failures = calls.extend_layer(1, hs, [0, 13, 0], q[:, :1], k[:, :1], v[:, :1])
+        assert list(failures) == [1] and isinstance(failures[1], ac.FailedPrecondition)
+        want = 2 * q[:, :1]
+        want[1] = 0
+        assert torch.equal(o, want) and len(seen) == 1
+        assert calls.timings[-1].rows == 3 and calls.timings[-1].tokens == 3
+    finally:
+        del client.extend_packed
