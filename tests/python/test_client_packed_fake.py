@@ -12,6 +12,7 @@ later submits, the max_in_flight bound, SharedRegion inline = region results, le
 name unlinked by close(), and the wire and protobuf paths of both.
 Run: PYTHONPATH=client/python python3 -m pytest -q tests/python/test_client_packed_fake.py
 """
+import asyncio
 import concurrent.futures
 import mmap
 import os
@@ -296,3 +297,35 @@ def test_layer_calls_rows_tokens_and_chunks(client, max_call_bytes):
         assert calls.timings[-1].rows == 3 and calls.timings[-1].tokens == 3
     finally:
         del client.extend_packed
+
+
+def test_async_batch_stream_out_of_order(fake):
+    """AsyncBatchStream: the held tag-100 batch is answered after tag 2; request-level error on
+    one batch only; the in-flight bound."""
+    from attention_client.aio import AsyncAttentionClient
+    rng = np.random.default_rng(8)
+    qa, ka, va = batch(rng, 2)
+    qb, kb, vb = batch(rng, 1)
+
+    async def run():
+        async with AsyncAttentionClient(fake[1], timeout=30) as c:
+            a, b = handle(c, 60), handle(c, 61)
+            async with c.batch_stream(max_in_flight=2) as bs:
+                fa = await bs.submit(0, [(a, 0, 2)], qa, ka, va, tag=100)
+                fb = await bs.submit(0, [(b, 0, 1)], qb, kb, vb, tag=2)
+                with pytest.raises(ac.InvalidArgument, match="already in flight"):
+                    await bs.submit(0, [(b, 1, 1)], qb, kb, vb)
+                order = []
+                for f in asyncio.as_completed([fa, fb]):
+                    order.append((await f).tag)
+                ra, rb = fa.result(), fb.result()
+                bad = await bs.submit(99, [(a, 2, 1)], qb, kb, vb)
+                with pytest.raises(ac.InvalidArgument, match="layer 99"):
+                    await bad
+                ok = await bs.extend(0, [(b, 1, 1)], qb, kb, vb)
+            return order, ra, rb, ok
+    order, ra, rb, ok = asyncio.run(run())
+    assert order == [2, 100]
+    np.testing.assert_array_equal(ra.o, 2 * qa)
+    np.testing.assert_array_equal(rb.o, 2 * qb)
+    assert ok.steps[0].length == 2

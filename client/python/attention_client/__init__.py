@@ -15,6 +15,7 @@ from .batch_stream import BatchStream
 from .packed_calls import PackedResult, StepResult
 from .shared_memory import SharedRegion
 from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
+from .aio_batch_stream import AsyncBatchStream
 from .replicas import ReplicaSet
 from .ecosystems import jax_dot_product_attention, torch_sdpa
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DataLoss,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
     "ExtendStream", "BatchStream", "PackedResult", "StepResult", "SharedRegion",
-    "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
+    "AsyncAttentionClient", "AsyncBatchStream", "AsyncSequence", "AsyncExtendStream",
     "torch_sdpa", "jax_dot_product_attention",
     "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",

@@ -124,9 +124,11 @@ class AsyncAttentionClient(AttentionClient):
                 region._busy = False
 
     def batch_stream(self, *, timeout=None, max_in_flight=2):
-        """Not offered on the asyncio client yet: use AttentionClient.batch_stream."""
-        raise NotImplementedError("batch_stream: use the blocking AttentionClient (a thread "
-                                  "per stream); the asyncio client has extend_packed")
+        """Opens an ExtendBatchStream → AsyncBatchStream (``async with``; see
+        attention_client.aio_batch_stream)."""
+        from .aio_batch_stream import AsyncBatchStream
+        return AsyncBatchStream(self, timeout=self.timeout if timeout is None else timeout,
+                                max_in_flight=max_in_flight)
 
     def shared_region(self, nbytes, *, timeout=30.0):
         """Not offered on the asyncio client: lease the region with a blocking
