@@ -221,6 +221,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.max_queued = config.max_queue_requests;
   step_batching.name = "sequence step";
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
+  sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);
   AddKvFacts(*kv, built);
 
   std::unique_ptr<grpc::Server> server;
