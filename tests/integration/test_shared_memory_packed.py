@@ -1,8 +1,9 @@
 """A packed ExtendBatch through host shared memory (issue 18: PackedExtendBatch.q_region, k_region,
 v_region, o_region) against the real attention-server (cpu) on loopback: the result equals the
 same batch with inline bytes (bitwise), o lands in o_region (the response's o carries dtype and
-shape only), bad slices are refused with nothing changed (INVALID_ARGUMENT; another identity's
-or an unknown region: NOT_FOUND), and a client that truncates its object under the server gets
+shape only), also on ExtendBatchStream, bad slices are refused with nothing changed
+(INVALID_ARGUMENT, also for an o_region overlapping an input; another identity's, a released or
+an unknown region: NOT_FOUND), and a client that truncates its object under the server gets
 FAILED_PRECONDITION while the server stays up and serves others.
 
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_shared_memory_packed.py
@@ -123,6 +124,7 @@ def test_shared_memory_equals_inline_bytes(served):
     ("o", lambda r: (r, 0, 0), grpc.StatusCode.INVALID_ARGUMENT),
     ("q", lambda r: ("0" * 32, Q_AT, Q_BYTES), grpc.StatusCode.NOT_FOUND),
     ("k", lambda r: ("not-a-region-id", K_AT, KV_BYTES), grpc.StatusCode.NOT_FOUND),
+    ("o", lambda r: (r, Q_AT + 64, Q_BYTES), grpc.StatusCode.INVALID_ARGUMENT),  # overlaps q
 ])
 def test_bad_slices_are_refused_and_change_nothing(served, name, override, code):
     server, stub, obj, region = served
@@ -133,9 +135,28 @@ def test_bad_slices_are_refused_and_change_nothing(served, name, override, code)
         stub.ExtendBatch(region_batch(ids, region, **{name: override(region)}),
                          metadata=identity("alice"), timeout=30)
     assert e.value.code() == code, e.value.details()
-    assert e.value.details().startswith(name + "_region"), e.value.details()
+    assert e.value.details().startswith(f"packed.{name}_region: "), e.value.details()
     assert lengths(stub, ids, "alice") == [0] * len(TOKENS)
     assert bytes(obj.view[O_AT:O_AT + 8]) == b"\x5a" * 8  # o_region untouched
+
+
+def test_extend_batch_stream_through_shared_memory(served):
+    server, stub, obj, region = served
+    q, k, v = inputs(5)
+    want = stub.ExtendBatch(inline_batch(create(stub, "alice"), q, k, v),
+                            metadata=identity("alice"), timeout=30)
+    fill(obj, q, k, v)
+    ids = create(stub, "alice")
+    first = region_batch(ids, region)
+    first.tag = 7
+    bad = region_batch(create(stub, "alice"), "f" * 32)
+    bad.tag = 8
+    replies = {r.tag: r for r in stub.ExtendBatchStream(iter([first, bad]),
+                                                        metadata=identity("alice"), timeout=30)}
+    assert replies[7].code == 0 and [s.code for s in replies[7].steps] == [0] * len(TOKENS)
+    assert bytes(obj.view[O_AT:O_AT + Q_BYTES]) == want.o.data
+    assert replies[8].code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert replies[8].message.startswith("packed.q_region: ")
 
 
 def test_data_and_a_region_together_are_refused(served):
