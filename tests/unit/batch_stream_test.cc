@@ -4,7 +4,9 @@
 // Shown: a later request on other sequences is answered before an earlier one still computing
 // (out of order, tags echoed); with --max-batches-in-flight 2 the third request is not read
 // while two are unanswered (its immediate request-level error comes only after one of them); a
-// request-level error is answered in-stream and the stream goes on; the stream ends OK.
+// request-level error is answered in-stream and the stream goes on; the stream ends OK once
+// every request read is answered; shutdown (EndStreams) ends a busy stream with UNAVAILABLE
+// after its answers, a revoked identity an idle one with UNAUTHENTICATED.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -228,6 +230,38 @@ TEST_F(BatchStreamTest, HalfCloseWaitsForEveryAnswer) {
   EXPECT_EQ(r.steps(0).code(), 0) << r.steps(0).message();
   EXPECT_FALSE(stream->Read(&r));
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(BatchStreamTest, ShutdownEndsAStreamOnceItsRequestsAreAnswered) {
+  const std::string a = Create();
+  compute_.Close(3);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub_->ExtendBatchStream(&ctx);
+  ASSERT_TRUE(stream->Write(One(a, 0, 3, 7)));
+  compute_.WaitEntered(3);
+  service_->EndStreams();  // busy: ends after request 7 is answered
+  compute_.Open(3);
+  pb::ExtendBatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 7u);
+  EXPECT_EQ(r.steps(0).code(), 0) << r.steps(0).message();
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(BatchStreamTest, RevokedIdentityEndsAnIdleStream) {
+  const std::string a = Create();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub_->ExtendBatchStream(&ctx);
+  ASSERT_TRUE(stream->Write(One(a, 0, 1, 8)));
+  pb::ExtendBatchResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.tag(), 8u);
+  EXPECT_EQ(service_->RevokeIdentities({""}), 1);  // the anonymous identity's one sequence
+  EXPECT_FALSE(stream->Read(&r));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace
