@@ -155,6 +155,11 @@ attn::metrics::Registration RegisterKvGauges(attn::metrics::Metrics* metrics,
   });
 }
 
+// --max-shared-memory-regions / --max-shared-memory-bytes (SharedMemoryLease, server/shm/).
+attn::shm::RegistryLimits ShmLimits(const attn::ServerConfig& config) {
+  return {config.max_shared_memory_regions, config.max_shared_memory_bytes};
+}
+
 // attn_shared_memory_* from the host shared-memory regions (server/shm/), at scrape time.
 attn::metrics::Registration RegisterShmGauges(attn::metrics::Metrics* metrics,
                                               const attn::shm::RegionRegistry* regions) {
@@ -230,9 +235,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.threads = config.batch_threads > 0 ? config.batch_threads : threads;
   step_batching.max_queued = config.max_queue_requests;
   step_batching.name = "sequence step";
-  attn::shm::RegionRegistry shm_regions(  // SharedMemoryLease; outlives the service
-      {config.max_shared_memory_regions, config.max_shared_memory_bytes});
+  attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
+  sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);
   AddKvFacts(*kv, built);
 
   std::unique_ptr<grpc::Server> server;

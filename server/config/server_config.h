@@ -26,6 +26,8 @@ struct ServerConfig {
   int64_t max_batch_requests = 64;   ///< calls/steps per launch; 1 disables batching
   int64_t max_queue_delay_us = 0;    ///< wait this long for a batch to fill; 0: take what waits
   int batch_threads = 0;             ///< executor threads per batching stage; 0 = --threads
+  /// ExtendBatchStream: requests of one stream worked on at a time (read, not yet answered).
+  int max_batches_in_flight = 4;
   std::string log_level = "info";    ///< trace, debug, info, warn, error, critical, off
   std::string log_format = "text";   ///< text or json
   int device = 0;                    ///< CUDA device index

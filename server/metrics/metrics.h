@@ -105,9 +105,10 @@ enum class Method : int {
   kForkSequence = 8,
   kReleaseSequence = 9,
   kGetSequence = 10,
-  kSharedMemoryLease = 11,  ///< one attn_requests_total per lease stream, when it ends
+  kExtendBatchStream = 11,  ///< one attn_requests_total per stream, when it ends (steps: ObserveStep)
+  kSharedMemoryLease = 12,  ///< one attn_requests_total per lease stream, when it ends
 };
-inline constexpr int kNumMethods = 12;
+inline constexpr int kNumMethods = 13;
 
 enum class Phase : int {
   kDecode = 0,
@@ -300,7 +301,7 @@ class Metrics {
     prometheus::Counter* shadow_dropped = nullptr;
   };
   std::vector<PerBackend> per_backend_;
-  static constexpr int kNumStepMethods = 3;  // Extend, ExtendBatch, ExtendStream
+  static constexpr int kNumStepMethods = 4;  // Extend, ExtendBatch, ExtendStream, ExtendBatchStream
   std::array<prometheus::Counter*, kNumStepMethods> steps_ok_{}, steps_error_{};
   std::array<prometheus::Histogram*, kNumStepMethods> step_duration_{};
   prometheus::Histogram* step_batch_size_ = nullptr;

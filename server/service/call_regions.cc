@@ -21,6 +21,16 @@ StatusOr<void *> CallRegions::Resolve(const char *field, const attention::v1::Re
   void *data = writable ? static_cast<void *>(pin->mutable_data())
                         : const_cast<uint8_t *>(pin->data());
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto &[other, p] : pins_) {
+    // A range written while another is read (or written) in the same mapping: refused.
+    const bool either_written = writable || p.mutable_data() != nullptr;
+    const bool overlap = pin->data() < p.data() + p.bytes() && p.data() < pin->data() + pin->bytes();
+    if (either_written && overlap) {
+      return InvalidArgument(prefix + "overlaps " + other +
+                             " in the same region; an output range must not share bytes with "
+                             "another range of the call");
+    }
+  }
   pins_.emplace_back(field, std::move(*pin));
   return data;
 }

@@ -28,7 +28,8 @@ class CallRegions {
   /// in errors ("q_region: ..."); `expected_bytes`: the tensor's shape times its dtype size;
   /// `writable`: the call writes the range (o_region). Errors: as RegionRegistry::Resolve
   /// (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION), prefixed with `field`;
-  /// INVALID_ARGUMENT when there is no registry.
+  /// INVALID_ARGUMENT when there is no registry, or when the range overlaps a range pinned
+  /// before and one of the two is written (two leases of one object are not detected).
   StatusOr<void *> Resolve(const char *field, const attention::v1::RegionSlice &slice,
                            uint64_t expected_bytes, bool writable);
   /// OK, or the FAILED_PRECONDITION of the first pinned region that shrank, naming which field's.

@@ -54,6 +54,22 @@ TEST(CallRegions, ResolvesPinsAndNamesTheField) {
   EXPECT_TRUE(call.CheckIntact().ok());
 }
 
+TEST(CallRegions, AnOutputRangeMustNotOverlapAnother) {
+  ShmObject obj(8192);
+  ASSERT_TRUE(obj.ok());
+  shm::RegionRegistry registry;
+  auto r = registry.Register("a", obj.name(), 8192);
+  ASSERT_TRUE(r.ok());
+  CallRegions call(&registry, "a");
+  ASSERT_TRUE(call.Resolve("q_region", Slice(r->region_id, 0, 1024), 1024, false).ok());
+  ASSERT_TRUE(call.Resolve("k_region", Slice(r->region_id, 512, 1024), 1024, false).ok());
+  const Status s = call.Resolve("o_region", Slice(r->region_id, 1535, 16), 16, true).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("o_region: overlaps k_region"), std::string::npos) << s.message();
+  EXPECT_TRUE(call.Resolve("o_region", Slice(r->region_id, 1536, 16), 16, true).ok());
+  EXPECT_FALSE(call.Resolve("v_region", Slice(r->region_id, 1540, 4), 4, false).ok());
+}
+
 TEST(CallRegions, NoRegistryRefusesEveryField) {
   CallRegions call(nullptr, "a");
   const Status s = call.Resolve("q_region", Slice(std::string(32, 'a'), 0, 16), 16, false).status();

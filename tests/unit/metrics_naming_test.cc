@@ -181,6 +181,8 @@ TEST(MetricsNaming, LabelValueNames) {
   EXPECT_STREQ(MethodName(Method::kGetLoad), "GetLoad");
   EXPECT_STREQ(MethodName(Method::kExtendStream), "ExtendStream");
   EXPECT_STREQ(MethodName(Method::kGetSequence), "GetSequence");
+  EXPECT_STREQ(MethodName(Method::kExtendBatchStream), "ExtendBatchStream");
+  EXPECT_STREQ(MethodName(static_cast<Method>(kNumMethods)), "unknown");
 }
 
 TEST(MetricsNaming, CommonChildrenExistAtZeroFromStart) {
@@ -360,6 +362,7 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   m.ObserveStep(Method::kExtendStream, true, 0.004);
   m.ObserveStep(Method::kExtendBatch, false, 1.0);    // errors: counted, not timed
   m.ObserveStep(Method::kAttend, true, 1.0);          // not a step method: ignored
+  m.ObserveStep(Method::kExtendBatchStream, true, 0.5);
   m.ObserveStepBatch(cpu, 3, 5);
   auto kv = m.RegisterKvCache([] {
     KvCacheStats s;
@@ -376,6 +379,7 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   EXPECT_DOUBLE_EQ(Value(t, "attn_sequence_step_duration_seconds_sum{method=\"ExtendStream\"}"),
                    0.006);
   EXPECT_EQ(Value(t, "attn_sequence_step_duration_seconds_count{method=\"ExtendBatch\"}"), 0);
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendBatchStream\",result=\"ok\"}"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_count"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_sum"), 3);
   EXPECT_EQ(Value(t, "attn_batch_size_requests_sum{backend=\"cpu\"}"), 3);
