@@ -205,3 +205,29 @@ def test_shared_region_equals_inline(client, dtype):
         assert up.o is None and up.steps[0].length == 2
     for s in inl + shm:
         s.release()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_cpu_inline_and_region_equal_numpy(client, dtype):
+    """torch CPU tensors (the fast path's torch kind; CUDA goes the same way with one copy
+    each direction, not run here): inline and through a region, o equal to the numpy path's
+    bits, as a torch tensor of q's dtype. Needs torch."""
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    rng = np.random.default_rng(8)
+    a, b, c = seqs(client, 3, dtype)
+    q, k, v = make(rng, 3, N, dtype), make(rng, 3, K, dtype), make(rng, 3, K, dtype)
+    want = client.extend_packed(0, [(a, 0, 3)], q, k, v).o
+
+    def as_torch(x):
+        t = torch.from_numpy(x.view(np.int16) if dtype == "bfloat16" else x)
+        return t.view(torch.bfloat16) if dtype == "bfloat16" else t
+    tq, tk, tv = as_torch(q), as_torch(k), as_torch(v)
+    got = client.extend_packed(0, [(b, 0, 3)], tq, tk, tv).o
+    with client.shared_region(1 << 16) as region:
+        via = client.extend_packed(0, [(c, 0, 3)], tq, tk, tv, region=region).o
+    for o in (got, via):
+        assert isinstance(o, torch.Tensor) and o.dtype == tq.dtype
+        bits = o.view(torch.int16).numpy() if dtype == "bfloat16" else o.numpy()
+        np.testing.assert_array_equal(bits.view(want.dtype), want)
+    for s in (a, b, c):
+        s.release()
