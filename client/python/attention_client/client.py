@@ -108,6 +108,8 @@ class AttentionClient(ExtendCalls, PackedCalls):
     Every failed RPC raises an AttentionError subclass (see attention_client.errors).
     Attribute wire (default True): the fast path of Extend/ExtendBatch/ExtendStream builds and
     reads the wire bytes itself (attention_client.wire); False: through protobuf messages.
+    Packed batches (one q/k/v tensor for many sequences): extend_packed (packed_calls.py),
+    batch_stream (ExtendBatchStream, batch_stream.py), shared_region (shared_memory.py).
     """
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
