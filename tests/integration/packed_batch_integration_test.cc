@@ -183,10 +183,10 @@ TEST_F(PackedErrorsTest, RequestLevelErrorsChangeNothing) {
   r = Good();
   r.mutable_packed()->mutable_k_region()->set_region_id("0123456789abcdef0123456789abcdef");
   r.mutable_packed()->mutable_k()->clear_data();
-  ExpectRefused(r, "shared-memory regions");
+  ExpectRefused(r, "packed.k_region: region bytes");  // a slice of 0 bytes (more: shared_memory_py)
   r = Good();
   r.mutable_packed()->mutable_o_region()->set_region_id("0123456789abcdef0123456789abcdef");
-  ExpectRefused(r, "shared-memory regions");
+  ExpectRefused(r, "packed.o_region: region bytes");
   r = Good();
   r.mutable_packed()->mutable_steps(1)->set_sequence_id(a_);
   ExpectRefused(r, "appears twice");
