@@ -3,6 +3,8 @@
 
 The rule (docs/architecture.md, issue 17 item 4):
   service -> batching -> backends -> {kv_cache, device} -> kernels;
+  shm (host shared-memory regions) sits beside kv_cache: included by service and main only, it
+  includes only the neutral layers;
   backends/paged may include kv_cache (it reads pages and block tables) and device;
   kv_cache includes neither backends, device nor kernels' compute headers (page-format headers
   are allowed); validation, metrics, security, health, config are used from above and include
@@ -46,9 +48,9 @@ _NEUTRAL = {"common", "server/common", "kernels:types", "gen"}
 # anything batching may, and more.
 ALLOWED = {
     # The composition root opens everything (but not the client).
-    "main": {"service", "batching", "backends", "backends/paged", "kv_cache", "device", "proto",
-             "grpc"} | _SIDE | _KERNELS | _NEUTRAL,
-    "service": {"batching", "backends", "backends/paged", "kv_cache", "device", "proto",
+    "main": {"service", "batching", "backends", "backends/paged", "kv_cache", "shm", "device",
+             "proto", "grpc"} | _SIDE | _KERNELS | _NEUTRAL,
+    "service": {"batching", "backends", "backends/paged", "kv_cache", "shm", "device", "proto",
                 "grpc"} | _SIDE | _KERNELS | _NEUTRAL,
     # batching: no gRPC and no protos (the services build every proto in their callbacks).
     "batching": {"backends", "backends/paged", "kv_cache", "device"} | _SIDE | _KERNELS | _NEUTRAL,
@@ -58,6 +60,9 @@ ALLOWED = {
     "backends/paged": {"backends", "kv_cache", "device"} | _SIDE | _KERNELS | _NEUTRAL,
     # kv_cache is storage: pages, block tables, sequences, quotas.
     "kv_cache": {"kernels:page-format"} | _NEUTRAL,
+    # shm: client shared-memory objects mapped as regions (issue 18), the SIGBUS guard; below
+    # service, beside kv_cache: neither includes the other, and it needs no proto or gRPC.
+    "shm": set(_NEUTRAL),
     # device: opening the GPU, the pool, the lane; below backends, beside kv_cache.
     "device": _KERNELS | _NEUTRAL,
     # Used from above; include only common and kv_cache types (and the protos / gRPC they face).
@@ -84,6 +89,7 @@ RULES = {
     "kv_cache": "kv_cache includes neither backends, device nor kernels' compute headers "
                 "(page-format headers are allowed), nor the layers used from above",
     "device": "device -> kernels only",
+    "shm": "shm sits beside kv_cache below service and includes only common and neutral types",
     "validation": "validation is used from above and includes only common and kv_cache types",
     "metrics": "metrics is used from above and includes only common and kv_cache types",
     "security": "security is used from above and includes only common and kv_cache types",
@@ -164,8 +170,8 @@ def list_folders(path):
 def scan(root):
     """Returns (violations, notes): lists of printable lines."""
     server_folders = list_folders(os.path.join(root, "server")) | set(SERVER_FOLDER_ALIASES)
-    server_folders |= {"service", "batching", "backends", "kv_cache", "device", "validation",
-                       "metrics", "security", "health", "config", "common"}
+    server_folders |= {"service", "batching", "backends", "kv_cache", "shm", "device",
+                       "validation", "metrics", "security", "health", "config", "common"}
     client_folders = list_folders(os.path.join(root, "client"))
     violations, notes = [], []
     for top in SCANNED_TOPS:

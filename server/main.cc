@@ -3,7 +3,7 @@
 // Start-up: flags → logging → backends (device pool, cuBLAS) → gRPC server with health and
 // reflection → SERVING. SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, in-flight
 // calls finish (up to --drain-timeout-s), open ExtendStreams end with UNAVAILABLE (after their
-// current step), then the server stops and the process exits 0 (or 3 when the drain timed out
+// current step) and open SharedMemoryLeases with it (regions released), then the server stops and the process exits 0 (or 3 when the drain timed out
 // with calls still running).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -39,6 +39,7 @@
 #include "service/load_report.h"
 #include "service/sequence_service.h"
 #include "common/worker_pool.h"
+#include "shm/region_registry.h"
 #include "startup/drain.h"
 #include "startup/main_listener.h"
 #include "version.h"
@@ -154,6 +155,20 @@ attn::metrics::Registration RegisterKvGauges(attn::metrics::Metrics* metrics,
   });
 }
 
+// --max-shared-memory-regions / --max-shared-memory-bytes (SharedMemoryLease, server/shm/).
+attn::shm::RegistryLimits ShmLimits(const attn::ServerConfig& config) {
+  return {config.max_shared_memory_regions, config.max_shared_memory_bytes};
+}
+
+// attn_shared_memory_* from the host shared-memory regions (server/shm/), at scrape time.
+attn::metrics::Registration RegisterShmGauges(attn::metrics::Metrics* metrics,
+                                              const attn::shm::RegionRegistry* regions) {
+  return metrics->RegisterSharedMemory([regions] {
+    const attn::shm::RegistryStats s = regions->stats();
+    return attn::metrics::SharedMemoryStats{s.regions, s.mapped_bytes, s.leased, s.broken_total};
+  });
+}
+
 // The plaintext --health-address listener (when set), then one health state for it and the
 // main listener, SERVING. On failure the main server is shut down.
 int StartHealth(const attn::ServerConfig& config, grpc::Server* server,
@@ -220,7 +235,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.threads = config.batch_threads > 0 ? config.batch_threads : threads;
   step_batching.max_queued = config.max_queue_requests;
   step_batching.name = "sequence step";
+  attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
+  sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);
   AddKvFacts(*kv, built);
 
   std::unique_ptr<grpc::Server> server;
@@ -267,6 +284,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
         return pool_usage ? pool_usage() : std::pair<int64_t, int64_t>{0, 0};
       });
   const attn::metrics::Registration kv_gauges = RegisterKvGauges(&metrics, &sequences);
+  const attn::metrics::Registration shm_gauges = RegisterShmGauges(&metrics, &shm_regions);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -293,6 +311,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   plan.replica_tag_hex = attn::ReplicaTagHex(sequences.options().replica_tag);
   service.SetCallGate(security.gate.get());
   sequence_service.SetCallGate(security.gate.get());
+  sequence_service.SetSharedMemory(&shm_regions);
   sequence_service.SetMetrics(&metrics);
   int port = 0;
   int code = 0;

@@ -47,6 +47,17 @@ void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
                  "HTTP/2 streams (calls) one connection may have open at once")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  app.add_option("--max-shared-memory-regions", c->max_shared_memory_regions,
+                 "host shared-memory regions (SharedMemoryLease) mapped at once, all identities "
+                 "together; more: RESOURCE_EXHAUSTED (0: leases refused)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}))
+      ->capture_default_str();
+  app.add_option("--max-shared-memory-bytes", c->max_shared_memory_bytes,
+                 "bytes of host shared-memory regions mapped at once (the server's address "
+                 "space and page tables; the pages are the clients'); more: RESOURCE_EXHAUSTED "
+                 "(0: leases refused)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
   app.add_option("--keepalive-time-s", c->keepalive_time_s,
                  "ping a connection idle this long; 0: no pings")
       ->check(CLI::Range(0.0, 86400.0))

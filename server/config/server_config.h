@@ -26,6 +26,8 @@ struct ServerConfig {
   int64_t max_batch_requests = 64;   ///< calls/steps per launch; 1 disables batching
   int64_t max_queue_delay_us = 0;    ///< wait this long for a batch to fill; 0: take what waits
   int batch_threads = 0;             ///< executor threads per batching stage; 0 = --threads
+  /// ExtendBatchStream: requests of one stream worked on at a time (read, not yet answered).
+  int max_batches_in_flight = 4;
   std::string log_level = "info";    ///< trace, debug, info, warn, error, critical, off
   std::string log_format = "text";   ///< text or json
   int device = 0;                    ///< CUDA device index
@@ -82,6 +84,12 @@ struct ServerConfig {
   double response_write_timeout_s = 30.0;     ///< a finished call whose response is not taken
                                               ///< by then is cancelled (frees its memory)
   int32_t max_streams_per_connection = 1024;  ///< HTTP/2 concurrent streams per connection
+  /// Host shared-memory regions (SharedMemoryLease, server/shm/) mapped at once, every identity
+  /// together; at most 4096 (the SIGBUS guard's table); 0: leases refused.
+  int64_t max_shared_memory_regions = 256;
+  /// Bytes of those regions mapped at once (address space and page tables of the server, not
+  /// memory: region_registry.h says why 64 GiB); 0: leases refused.
+  int64_t max_shared_memory_bytes = int64_t{64} << 30;
   double keepalive_time_s = 60.0;             ///< server pings an idle connection this often
   double keepalive_timeout_s = 20.0;          ///< and closes it when no ack comes in time
   double max_connection_idle_s = 600.0;       ///< closes connections without calls this long

@@ -129,6 +129,12 @@ void AddWorkerAndBatchingFlags(CLI::App& app, ServerConfig* c) {
                  "0: --threads")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option("--max-batches-in-flight", c->max_batches_in_flight,
+                 "ExtendBatchStream: requests of one stream worked on at a time (a request counts "
+                 "from its read until its response is written; the next message is read when "
+                 "one is answered)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
 }
 
 // Logging, the CUDA device, cuDNN, auto's calibration and the device memory.

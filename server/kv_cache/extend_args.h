@@ -12,7 +12,7 @@
 
 namespace attn {
 
-/// A decoded Extend request; pointers alias the request's bytes.
+/// A decoded Extend request; pointers alias the request's bytes (or a packed batch's rows).
 struct ExtendArgs {
   std::string sequence_id;
   int32_t layer = 0;
@@ -23,13 +23,27 @@ struct ExtendArgs {
   const void *k = nullptr;
   const void *v = nullptr;
   size_t q_bytes = 0, k_bytes = 0, v_bytes = 0;
+  /// Append k/v only, attend nothing (ExtendRequest.append_only): q is null, q_bytes 0,
+  /// q_dtype = k_dtype and q_shape = (T, 0, H) with T and H from k (N = 0: no query heads).
+  bool append_only = false;
 };
+
+/// Makes `a` (k and v decoded) an append-only step: append_only set, q null, q_bytes 0,
+/// q_dtype = k_dtype, q_shape = (T, 0, H) from k.
+inline void SetAppendOnly(ExtendArgs *a) {
+  a->append_only = true;
+  a->q = nullptr;
+  a->q_bytes = 0;
+  a->q_dtype = a->k_dtype;
+  a->q_shape = {a->k_shape[0], 0, a->k_shape[2]};
+}
 
 /// What one Extend step did, filled by the step executor (backends/paged/extend_step.h).
 struct ExtendOutcome {
   int64_t length = 0;  ///< layer length after the step
   bool replayed = false;
-  int64_t kv_len = 0;  ///< keys attended
+  int64_t kv_len = 0;  ///< keys attended (0 for an append-only step)
+  bool append_only = false;  ///< the step appended only: it has no output
   /// Device time of the launches the step ran in (append + attention kernels; a batched
   /// step reports its whole launch group's), and of their host->device / device->host copies,
   /// in µs (LaunchTimes; host wall time of the computation on the CPU path). 0 for replays.

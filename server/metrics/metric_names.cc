@@ -35,7 +35,8 @@ const char* MethodName(Method m) {
   static constexpr const char* kNames[kNumMethods] = {
       "Attend",       "GetServerInfo",   "GetLoad",      "CreateSequence",
       "Extend",       "ExtendBatch",     "ExtendStream", "TruncateSequence",
-      "ForkSequence", "ReleaseSequence", "GetSequence"};
+      "ForkSequence", "ReleaseSequence", "GetSequence",  "ExtendBatchStream",
+      "SharedMemoryLease"};
   const int i = static_cast<int>(m);
   return i >= 0 && i < kNumMethods ? kNames[i] : "unknown";
 }

@@ -48,7 +48,8 @@ void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Coun
                     .Name("attn_sequence_steps_total")
                     .Help(
                         "Sequence steps that ended (an Extend, an ExtendBatch entry, an "
-                        "ExtendStream message), by method and result (ok, error).")
+                        "ExtendStream message, an ExtendBatchStream request's step), by method and result "
+                        "(ok, error).")
                     .Register(reg);
   auto& step_duration =
       prometheus::BuildHistogram()
@@ -56,7 +57,7 @@ void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Coun
           .Help("Time from a sequence step's arrival to its result, successful steps, by method.")
           .Register(reg);
   static constexpr Method kStepMethods[] = {Method::kExtend, Method::kExtendBatch,
-                                            Method::kExtendStream};
+                                            Method::kExtendStream, Method::kExtendBatchStream};
   static_assert(N == sizeof(kStepMethods) / sizeof(kStepMethods[0]));
   for (size_t i = 0; i < N; ++i) {
     const char* name = MethodName(kStepMethods[i]);
@@ -301,6 +302,7 @@ void Metrics::ObserveStep(Method method, bool ok, double seconds) {
   if (method == Method::kExtend) i = 0;
   if (method == Method::kExtendBatch) i = 1;
   if (method == Method::kExtendStream) i = 2;
+  if (method == Method::kExtendBatchStream) i = 3;
   if (i < 0) return;
   if (!ok) {
     steps_error_[static_cast<size_t>(i)]->Increment();
@@ -335,6 +337,12 @@ Registration Metrics::RegisterDevicePool(std::function<std::pair<int64_t, int64_
 Registration Metrics::RegisterKvCache(std::function<KvCacheStats()> stats) {
   Source s;
   s.kv = std::move(stats);
+  return Registration(this, AddSource(std::move(s)));
+}
+
+Registration Metrics::RegisterSharedMemory(std::function<SharedMemoryStats()> stats) {
+  Source s;
+  s.shm = std::move(stats);
   return Registration(this, AddSource(std::move(s)));
 }
 

@@ -36,6 +36,10 @@
 //   attn_sequence_batch_size_steps                           histogram (steps per step batch;
 //       the batch also lands in attn_batch_size_requests / attn_batch_tokens, and each step's
 //       phases in attn_phase_duration_seconds, under the KV backend's name)
+//   attn_shared_memory_regions, attn_shared_memory_bytes     gauges (RegisterSharedMemory):
+//       host shared-memory regions mapped (leased, or released and still used by a call) and
+//       their bytes; attn_shared_memory_leases: regions whose lease is open;
+//       attn_shared_memory_broken_total (counter): regions a client shrank under the server
 //   attn_build_info{version,build,device,compute_capability,driver,cudnn,backends,...} = 1
 // served by MetricsHttpServer (metrics_http_server.h) on --metrics-address.
 //
@@ -101,8 +105,10 @@ enum class Method : int {
   kForkSequence = 8,
   kReleaseSequence = 9,
   kGetSequence = 10,
+  kExtendBatchStream = 11,  ///< one attn_requests_total per stream, when it ends (steps: ObserveStep)
+  kSharedMemoryLease = 12,  ///< one attn_requests_total per lease stream, when it ends
 };
-inline constexpr int kNumMethods = 11;
+inline constexpr int kNumMethods = 13;
 
 enum class Phase : int {
   kDecode = 0,
@@ -159,6 +165,14 @@ struct KvCacheStats {
     int64_t capacity_bytes = 0;
   };
   std::vector<HostBudget> host;
+};
+
+/// What the shared-memory registry (server/shm/region_registry.h) reports at scrape time.
+struct SharedMemoryStats {
+  int64_t regions = 0;       ///< mapped (leased, or released and still pinned by a call)
+  int64_t bytes = 0;         ///< their mapped bytes
+  int64_t leases = 0;        ///< regions whose lease is open
+  int64_t broken_total = 0;  ///< regions found shrunk by their client (since start)
 };
 
 class Metrics;
@@ -237,6 +251,9 @@ class Metrics {
   /// and attn_kv_sequences (summed over registrations). Until one is registered, the families
   /// are exported without samples (HELP and TYPE only).
   Registration RegisterKvCache(std::function<KvCacheStats()> stats);
+  /// attn_shared_memory_regions, _bytes, _leases and _broken_total (summed over registrations;
+  /// without samples until one is registered).
+  Registration RegisterSharedMemory(std::function<SharedMemoryStats()> stats);
   /// attn_device_peak_flops_per_second / _bytes_per_second (static values).
   void SetDevicePeaks(double flops_per_second, double bytes_per_second);
 
@@ -252,6 +269,7 @@ class Metrics {
     std::function<int64_t()> in_flight, queued;
     std::function<std::pair<int64_t, int64_t>()> pool;
     std::function<KvCacheStats()> kv;
+    std::function<SharedMemoryStats()> shm;
   };
   int AddSource(Source s);
   void RemoveSource(int id);
@@ -283,7 +301,7 @@ class Metrics {
     prometheus::Counter* shadow_dropped = nullptr;
   };
   std::vector<PerBackend> per_backend_;
-  static constexpr int kNumStepMethods = 3;  // Extend, ExtendBatch, ExtendStream
+  static constexpr int kNumStepMethods = 4;  // Extend, ExtendBatch, ExtendStream, ExtendBatchStream
   std::array<prometheus::Counter*, kNumStepMethods> steps_ok_{}, steps_error_{};
   std::array<prometheus::Histogram*, kNumStepMethods> step_duration_{};
   prometheus::Histogram* step_batch_size_ = nullptr;

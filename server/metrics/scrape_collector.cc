@@ -144,7 +144,42 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
                   &kv_used, &kv_ratio, &kv_seq, &kv_revoked, &kv_host_used, &kv_host_cap}) {
     out.push_back(std::move(*f));
   }
+  CollectSharedMemory(&out);
   return out;
+}
+
+void Metrics::ScrapeCollector::CollectSharedMemory(
+    std::vector<prometheus::MetricFamily>* out) const {
+  auto regions = GaugeFamily("attn_shared_memory_regions",
+                             "Host shared-memory regions mapped (leased, or released and still "
+                             "used by a call).");
+  auto bytes = GaugeFamily("attn_shared_memory_bytes", "Bytes of the mapped shared-memory regions.");
+  auto leases = GaugeFamily("attn_shared_memory_leases",
+                            "Shared-memory regions whose SharedMemoryLease stream is open.");
+  auto broken = GaugeFamily("attn_shared_memory_broken_total",
+                            "Shared-memory regions whose client shrank the object under the "
+                            "server (calls using them failed with FAILED_PRECONDITION).");
+  broken.type = prometheus::MetricType::Counter;
+  bool any = false;
+  SharedMemoryStats sum;
+  for (const auto& [id, s] : sources_) {
+    if (!s.shm) continue;
+    any = true;
+    const SharedMemoryStats st = s.shm();
+    sum.regions += st.regions;
+    sum.bytes += st.bytes;
+    sum.leases += st.leases;
+    sum.broken_total += st.broken_total;
+  }
+  if (any) {
+    regions.metric.push_back(GaugeValue(static_cast<double>(sum.regions)));
+    bytes.metric.push_back(GaugeValue(static_cast<double>(sum.bytes)));
+    leases.metric.push_back(GaugeValue(static_cast<double>(sum.leases)));
+    prometheus::ClientMetric total;
+    total.counter.value = static_cast<double>(sum.broken_total);
+    broken.metric.push_back(std::move(total));
+  }
+  for (auto* f : {&regions, &bytes, &leases, &broken}) out->push_back(std::move(*f));
 }
 
 }  // namespace attn::metrics

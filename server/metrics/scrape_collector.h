@@ -1,5 +1,6 @@
 // The scrape-time gauges of Metrics (metrics.h): the sources registered with
-// RegisterRequestGauges, RegisterDevicePool and RegisterKvCache (summed over registrations) and
+// RegisterRequestGauges, RegisterDevicePool, RegisterKvCache and RegisterSharedMemory (summed over
+// registrations) and
 // the device peaks, turned into gauge families when /metrics is scraped. Private to metrics/
 // (metrics.cc creates it; scrape_collector.cc computes the families).
 // Thread-safety: all methods are thread-safe (one mutex; Collect calls the sources under it).
@@ -27,6 +28,9 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
+  /// Appends attn_shared_memory_* from the sources that have `shm`. Called with mu_ held.
+  void CollectSharedMemory(std::vector<prometheus::MetricFamily>* out) const;
+
   mutable std::mutex mu_;
   std::map<int, Source> sources_;
   int next_id_ = 1;

@@ -10,18 +10,27 @@ void FillExtendResponse(StepResult& result, const std::string& backend, const st
                         std::chrono::steady_clock::time_point received,
                         attention::v1::ExtendResponse* response) {
   const ExtendOutcome& out = result.outcome;
-  attention::v1::Tensor* o = response->mutable_o();
-  o->set_dtype(DTypeToProto(out.dtype));
-  o->add_shape(result.q_tokens);
-  o->add_shape(out.num_heads);
-  o->add_shape(out.head_dim);
-  *o->mutable_data() = std::move(result.o);
+  if (!out.append_only) {  // an append-only step has no o
+    attention::v1::Tensor* o = response->mutable_o();
+    o->set_dtype(DTypeToProto(out.dtype));
+    o->add_shape(result.q_tokens);
+    o->add_shape(out.num_heads);
+    o->add_shape(out.head_dim);
+    *o->mutable_data() = std::move(result.o);
+  }
   response->set_length(out.length);
   response->set_replayed(out.replayed);
-  auto* report = response->mutable_report();
+  FillExecutionReport(result, backend, device, received, response->mutable_report());
+}
+
+void FillExecutionReport(const StepResult& result, const std::string& backend,
+                         const std::string& device, std::chrono::steady_clock::time_point received,
+                         attention::v1::ExecutionReport* report) {
+  const ExtendOutcome& out = result.outcome;
   report->set_backend(backend);
-  report->set_backend_reason(out.replayed ? "replay: stored result"
-                                          : "paged KV cache, batched sequence steps");
+  report->set_backend_reason(out.replayed      ? "replay: stored result"
+                             : out.append_only ? "paged KV cache, append only (nothing attended)"
+                                               : "paged KV cache, batched sequence steps");
   report->set_batch_size(static_cast<int32_t>(out.replayed ? 1 : result.launch_size));
   report->set_batch_tokens(out.replayed ? result.q_tokens : result.launch_tokens);
   report->set_flops(

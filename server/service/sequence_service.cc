@@ -265,17 +265,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
   std::string owner;
   const grpc::Status admitted = gate_->Admit(*context, request, &owner);
   if (!admitted.ok()) return security::Reject(context, admitted);
-  // Each entry is one step in the step batcher, so entries batch with steps of other calls.
-  // The call ends when its last entry does: OK with per-entry results, or, when no entry ran
-  // or failed on its own (all dropped before launch), the status they were dropped with.
   auto *reactor = new CancellableUnaryReactor([this] { steps_->Notify(); });
   CallStarted();
-  struct Pending {
-    std::atomic<int> left{0};
-    std::mutex mu;
-    bool any_result = false;  // some entry ran or failed validation
-    Status dropped;
-  };
   auto finish = [this, context, reactor, start = Clock::now()](const Status &s) {
     if (!s.ok()) spdlog::debug("ExtendBatch failed: {}", s.ToString());
     const StatusCode seen = SeenByClient(context, s.code());  // before Finish frees context
@@ -283,10 +274,40 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
     Observe(metrics::Method::kExtendBatch, seen, start);
     CallDone();
   };
+  RunExtendBatch(context, owner, metrics::Method::kExtendBatch, request, response,
+                 std::move(finish));
+  return reactor;
+}
+
+void SequenceServiceImpl::RunExtendBatch(grpc::CallbackServerContext *context,
+                                         const std::string &owner, metrics::Method method,
+                                         const pb::ExtendBatchRequest *request,
+                                         pb::ExtendBatchResponse *response, BatchDone done) {
+  response->set_tag(request->tag());
   if (Status v = ValidateExtendBatch(*request); !v.ok()) {
-    finish(v);
-    return reactor;
+    done(v);
+    return;
   }
+  if (request->has_packed()) {
+    RunPackedBatch(context, owner, method, request, response, std::move(done));
+  } else {
+    RunStepBatch(context, owner, method, request, response, std::move(done));
+  }
+}
+
+void SequenceServiceImpl::RunStepBatch(grpc::CallbackServerContext *context,
+                                       const std::string &owner, metrics::Method method,
+                                       const pb::ExtendBatchRequest *request,
+                                       pb::ExtendBatchResponse *response, BatchDone finish) {
+  // Each entry is one step in the step batcher, so entries batch with steps of other calls.
+  // The call ends when its last entry does: OK with per-entry results, or, when no entry ran
+  // or failed on its own (all dropped before launch), the status they were dropped with.
+  struct Pending {
+    std::atomic<int> left{0};
+    std::mutex mu;
+    bool any_result = false;  // some entry ran or failed validation
+    Status dropped;
+  };
   auto set_error = [](pb::ExtendResult *result, const Status &s) {
     result->clear_response();
     result->set_code(static_cast<int32_t>(s.code()));
@@ -327,16 +348,15 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::ExtendBatch(grpc::CallbackServerC
         finish(pending->any_result ? Status::Ok() : pending->dropped);
       }
     };
-    InstrumentStep(metrics::Method::kExtendBatch, &r);
+    InstrumentStep(method, &r);
     steps.push_back(std::move(r));
   }
   if (steps.empty()) {
     finish(Status::Ok());
-    return reactor;
+    return;
   }
   pending->left.store(static_cast<int>(steps.size()));
   if (Status s = steps_->Enqueue(&steps); !s.ok()) finish(s);
-  return reactor;
 }
 
 grpc::ServerUnaryReactor *SequenceServiceImpl::TruncateSequence(

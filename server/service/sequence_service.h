@@ -15,8 +15,17 @@
 // sequence's lock; calls on different sequences run in parallel. The caller's identity comes
 // from the CallGate (the open gate: metadata "x-attn-identity", absent: ""). ExtendStream
 // handles one request at a time per stream, in order, one ExtendResult each (a message that
-// does not parse gets an INVALID_ARGUMENT result and the stream goes on; sequence_stream.cc). While draining, new sequences (CreateSequence,
-// ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are served.
+// does not parse gets an INVALID_ARGUMENT result and the stream goes on; sequence_stream.cc).
+// ExtendBatch takes the per-step form (each entry its own tensors) or the packed form (one q, k,
+// v for all steps, validated whole; each step one StepRequest aliasing its rows; one o, one
+// result per step, one report: packed_extend_batch.cc). ExtendBatchStream runs up to
+// --max-batches-in-flight ExtendBatch requests of one stream at a time through the same path
+// and answers each, tagged, as it completes (batch_stream.cc). While draining, new sequences
+// (CreateSequence, ForkSequence) get UNAVAILABLE; calls and streams on existing sequences are
+// served. SharedMemoryLease (shm_lease.cc) maps a client's host shared-memory object as a
+// region of the caller's identity (shm/region_registry.h) for as long as its stream is open;
+// packed batches name slices of such regions (call_regions.h); new leases get UNAVAILABLE
+// while draining, and EndStreams ends the open ones.
 // Thread-safety: all methods are safe from any thread.
 #pragma once
 
@@ -39,18 +48,34 @@
 #include "metrics/metrics.h"
 #include "security/call_gate.h"
 #include "common/worker_pool.h"
+#include "shm/region_registry.h"
+#include "validation/packed_batch_validator.h"
 
 namespace attn {
 
 namespace internal {
 using sv = attention::v1::SequenceService;
-/// The callback service with ExtendStream raw (ByteBuffer in and out): the stream reactor
-/// parses and serialises its messages itself (sequence_stream.cc). The other methods are typed.
+/// The callback service with ExtendStream, ExtendBatchStream and SharedMemoryLease raw
+/// (ByteBuffer in and out): their reactors parse and serialise their messages themselves
+/// (sequence_stream.cc, batch_stream.cc, shm_lease.cc). The other methods are typed.
 using SequenceServiceBase = sv::WithCallbackMethod_CreateSequence<
     sv::WithCallbackMethod_Extend<sv::WithCallbackMethod_ExtendBatch<
-        sv::WithRawCallbackMethod_ExtendStream<sv::WithCallbackMethod_TruncateSequence<
-            sv::WithCallbackMethod_ForkSequence<sv::WithCallbackMethod_ReleaseSequence<
-                sv::WithCallbackMethod_GetSequence<sv::Service>>>>>>>>;
+        sv::WithRawCallbackMethod_ExtendStream<sv::WithRawCallbackMethod_ExtendBatchStream<
+            sv::WithRawCallbackMethod_SharedMemoryLease<sv::WithCallbackMethod_TruncateSequence<
+                sv::WithCallbackMethod_ForkSequence<sv::WithCallbackMethod_ReleaseSequence<
+                    sv::WithCallbackMethod_GetSequence<sv::Service>>>>>>>>>>;
+
+/// An open stream that shutdown and token revocation can end (both stream reactors).
+class EndableStream {
+ public:
+  virtual ~EndableStream() = default;
+  /// EndStreams: finish now when idle, else once the work in progress is answered. Called with
+  /// the service's streams_mu_ held (so the stream outlives the call).
+  virtual void EndForShutdown() = 0;
+  /// RevokeIdentities: as EndForShutdown with UNAUTHENTICATED when the stream is `identity`'s;
+  /// true when it is. Called with the service's streams_mu_ held.
+  virtual bool EndIfOwnedBy(const std::string &identity) = 0;
+};
 }  // namespace internal
 
 class SequenceServiceImpl final : public internal::SequenceServiceBase {
@@ -75,6 +100,14 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// answered with an INVALID_ARGUMENT ExtendResult, and the stream goes on).
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *ExtendStream(
       grpc::CallbackServerContext *context) override;
+  /// Raw as ExtendStream: each message is one ExtendBatchRequest, answered by one tagged
+  /// ExtendBatchResponse when it completes (request-level errors in its code and message).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *ExtendBatchStream(
+      grpc::CallbackServerContext *context) override;
+  /// Raw: the first message (a SharedMemoryLeaseRequest) registers the region, later ones are
+  /// ignored; the region is released when the stream ends (shm_lease.cc).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> *SharedMemoryLease(
+      grpc::CallbackServerContext *context) override;
   grpc::ServerUnaryReactor *TruncateSequence(
       grpc::CallbackServerContext *context, const attention::v1::TruncateSequenceRequest *request,
       attention::v1::TruncateSequenceResponse *response) override;
@@ -88,6 +121,10 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
                                         const attention::v1::GetSequenceRequest *request,
                                         attention::v1::GetSequenceResponse *response) override;
 
+  /// ExtendBatchStream: requests of one stream worked on at a time (>= 1; default 4,
+  /// --max-batches-in-flight); a request counts from its read until its response is written.
+  /// Set before serving.
+  void SetMaxBatchesInFlight(int n) { max_batches_in_flight_ = n < 1 ? 1 : n; }
   /// Authentication and request limits every call passes first (not owned;
   /// default: security::OpenGate()). Set before serving.
   void SetCallGate(const security::CallGate *gate) { gate_ = gate; }
@@ -97,22 +134,30 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// every step batch (Metrics::ObserveStepBatch), under the KV backend's name; not owned, may
   /// be null. Set before serving.
   void SetMetrics(metrics::Metrics *metrics);
+  /// The host shared-memory regions SharedMemoryLease registers into and packed batches resolve
+  /// their *_region fields in, in the caller's identity's regions (not owned; must outlive the
+  /// service). Unset: every lease gets UNIMPLEMENTED and every region field INVALID_ARGUMENT.
+  /// Set before serving.
+  void SetSharedMemory(shm::RegionRegistry *regions) { shm_regions_ = regions; }
   /// From now on CreateSequence and ForkSequence get UNAVAILABLE; calls on existing
-  /// sequences (and new ExtendStreams) are still served.
+  /// sequences (and new ExtendStreams and ExtendBatchStreams) are still served.
   void StartDraining() { draining_.store(true); }
   /// Waits until no sequence is live (released, expired or evicted; expiry is swept while
   /// waiting) and no call is in flight, or `timeout` passes; true when none is left.
   bool WaitSequencesGone(std::chrono::milliseconds timeout);
-  /// Ends every open ExtendStream for shutdown: one waiting for its next message ends now, one
+  /// Ends every open ExtendStream and ExtendBatchStream for shutdown (a batch stream with
+  /// requests in progress once they are answered): one waiting for its next message ends now, one
   /// with a step in progress right after that step's result is written; each ends with
   /// UNAVAILABLE ("server is shutting down"), and any stream opened later too. Without this an
-  /// idle open stream held the drain until --drain-timeout-s (exit code 3).
+  /// idle open stream held the drain until --drain-timeout-s (exit code 3). Open
+  /// SharedMemoryLeases end likewise (their regions released; calls using one finish first).
   void EndStreams();
   /// For identities that lost their last token (SIGHUP reload): ends each one's open
-  /// ExtendStreams with UNAUTHENTICATED (one waiting for its next message at once, one with a
+  /// ExtendStreams and ExtendBatchStreams with UNAUTHENTICATED (one waiting for its next message at once, one with a
   /// step in progress right after that step's result is written) and releases every sequence
   /// it holds (SequenceStore::ReleaseOwner; a later call on one gets NOT_FOUND "revoked"),
-  /// logging a warning per identity. Returns the sequences released.
+  /// and ends its SharedMemoryLeases (UNAUTHENTICATED, regions released), logging a warning per
+  /// identity. Returns the sequences released.
   int64_t RevokeIdentities(const std::vector<std::string> &identities);
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
@@ -131,6 +176,29 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
 
  private:
   class StreamReactor;
+  class LeaseReactor;
+  /// Ends every open lease (EndStreams) / `identity`'s leases, returning how many (shm_lease.cc).
+  void EndLeases();
+  int64_t RevokeLeases(const std::string &identity);
+  class BatchStreamReactor;
+  /// How an ExtendBatch ends: OK (the response is filled) or a request-level error.
+  using BatchDone = std::function<void(const Status &status)>;
+  /// Runs one ExtendBatchRequest of either form for `owner` on the call `context` (its
+  /// cancellation and deadline), its steps counted under `method`; `done` is called exactly
+  /// once (maybe before this returns), with the steps' results in `response` (tag copied).
+  /// `request` and `response` must live until then. Shared by ExtendBatch and
+  /// ExtendBatchStream.
+  void RunExtendBatch(grpc::CallbackServerContext *context, const std::string &owner,
+                      metrics::Method method, const attention::v1::ExtendBatchRequest *request,
+                      attention::v1::ExtendBatchResponse *response, BatchDone done);
+  /// The per-step form of RunExtendBatch.
+  void RunStepBatch(grpc::CallbackServerContext *context, const std::string &owner,
+                    metrics::Method method, const attention::v1::ExtendBatchRequest *request,
+                    attention::v1::ExtendBatchResponse *response, BatchDone done);
+  /// The packed form of RunExtendBatch (packed_extend_batch.cc).
+  void RunPackedBatch(grpc::CallbackServerContext *context, const std::string &owner,
+                      metrics::Method method, const attention::v1::ExtendBatchRequest *request,
+                      attention::v1::ExtendBatchResponse *response, BatchDone done);
   /// Runs `fn` on a worker and finishes the call with its status. A full worker queue refuses
   /// the call with RESOURCE_EXHAUSTED, except with `run_here_when_full` (ReleaseSequence: a
   /// release frees memory, so load never refuses it; it runs on the gRPC thread instead).
@@ -161,10 +229,16 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   std::atomic<int64_t> in_flight_{0};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
-  // Open ExtendStreams (registered after admission, removed in OnDone), for EndStreams.
+  int max_batches_in_flight_ = 4;
+  // Open ExtendStreams and ExtendBatchStreams (registered after admission, removed in OnDone),
+  // for EndStreams and RevokeIdentities.
   std::mutex streams_mu_;
-  std::unordered_set<StreamReactor *> streams_;
-  std::atomic<bool> ending_streams_{false};
+  std::unordered_set<internal::EndableStream *> streams_;
+  std::atomic<bool> ending_streams_{false};  // EndStreams ran: streams and leases end
+  // Open SharedMemoryLeases (registered after admission, removed in OnDone), and their regions.
+  std::mutex leases_mu_;
+  std::unordered_set<LeaseReactor *> leases_;
+  shm::RegionRegistry *shm_regions_ = nullptr;
   std::unique_ptr<StepBatcher> steps_;  // last: its threads stop first
 };
 

@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 // called; it is called exactly once), ending_ (EndStreams: finish instead of reading the next
 // message), revoked_ (RevokeIdentities: likewise, with UNAUTHENTICATED).
 class SequenceServiceImpl::StreamReactor
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public internal::EndableStream {
  public:
   StreamReactor(SequenceServiceImpl *service, grpc::CallbackServerContext *context)
       : service_(service), context_(context) {
@@ -146,14 +147,14 @@ class SequenceServiceImpl::StreamReactor
   }
   /// EndStreams: finish now when waiting for a message, else after the current step's write.
   /// Called with the service's streams_mu_ held (so this reactor outlives the call).
-  void EndForShutdown() {
+  void EndForShutdown() override {
     std::lock_guard<std::mutex> lock(mu_);
     ending_ = true;
     if (reading_) End(ShuttingDown());  // the outstanding read completes with ok=false
   }
   /// RevokeIdentities: as EndForShutdown with UNAUTHENTICATED when the stream is `identity`'s;
   /// true when it is. Called with the service's streams_mu_ held.
-  bool EndIfOwnedBy(const std::string &identity) {
+  bool EndIfOwnedBy(const std::string &identity) override {
     if (owner_ != identity) return false;  // owner_ is constant once registered
     std::lock_guard<std::mutex> lock(mu_);
     revoked_ = true;
@@ -232,9 +233,12 @@ class SequenceServiceImpl::StreamReactor
 };
 
 void SequenceServiceImpl::EndStreams() {
-  std::lock_guard<std::mutex> registry(streams_mu_);
-  ending_streams_.store(true);
-  for (StreamReactor *stream : streams_) stream->EndForShutdown();
+  {
+    std::lock_guard<std::mutex> registry(streams_mu_);
+    ending_streams_.store(true);
+    for (internal::EndableStream *stream : streams_) stream->EndForShutdown();
+  }
+  EndLeases();
 }
 
 int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &identities) {
@@ -243,15 +247,19 @@ int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &id
     int64_t streams = 0;
     {
       std::lock_guard<std::mutex> registry(streams_mu_);
-      for (StreamReactor *stream : streams_) streams += stream->EndIfOwnedBy(identity) ? 1 : 0;
+      for (internal::EndableStream *stream : streams_) {
+        streams += stream->EndIfOwnedBy(identity) ? 1 : 0;
+      }
     }
+    const int64_t leases = RevokeLeases(identity);
     int64_t pages = 0;
     const int64_t released = store_->ReleaseOwner(identity, &pages);
     released_total += released;
     spdlog::warn(
-        "token revoked: identity \"{}\" has no token left; {} open ExtendStreams ended "
-        "(UNAUTHENTICATED), {} sequences released ({} KV pages freed)",
-        identity, streams, released, pages);
+        "token revoked: identity \"{}\" has no token left; {} open streams and {} "
+        "shared-memory leases ended (UNAUTHENTICATED), {} sequences released ({} KV pages "
+        "freed)",
+        identity, streams, leases, released, pages);
   }
   return released_total;
 }

@@ -194,9 +194,27 @@ StatusOr<ExtendArgs> ValidateExtend(const pb::ExtendRequest &r) {
     return InvalidArgument("position: expected >= 0 (the layer's current length), got " +
                            std::to_string(a.position));
   }
-  ATTN_RETURN_IF_ERROR(DecodeTensor(r.q(), "q", &a.q_dtype, &a.q_shape));
+  if (r.append_only()) {
+    if (r.has_q()) {
+      return InvalidArgument("q: must be unset when append_only is set (nothing is attended)");
+    }
+  } else {
+    ATTN_RETURN_IF_ERROR(DecodeTensor(r.q(), "q", &a.q_dtype, &a.q_shape));
+  }
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.k(), "k", &a.k_dtype, &a.k_shape));
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.v(), "v", &a.v_dtype, &a.v_shape));
+  if (r.append_only()) {
+    if (a.k_shape[0] != a.v_shape[0]) {
+      return InvalidArgument("k and v must have the same T: k " + std::to_string(a.k_shape[0]) +
+                             ", v " + std::to_string(a.v_shape[0]));
+    }
+    SetAppendOnly(&a);
+    a.k = r.k().data().data();
+    a.v = r.v().data().data();
+    a.k_bytes = r.k().data().size();
+    a.v_bytes = r.v().data().size();
+    return a;
+  }
   if (a.k_shape[0] != a.v_shape[0] || a.k_shape[0] != a.q_shape[0]) {
     return InvalidArgument("k, v and q must have the same T: q " + std::to_string(a.q_shape[0]) +
                            ", k " + std::to_string(a.k_shape[0]) + ", v " +
@@ -212,7 +230,15 @@ StatusOr<ExtendArgs> ValidateExtend(const pb::ExtendRequest &r) {
 }
 
 Status ValidateExtendBatch(const pb::ExtendBatchRequest &r) {
-  if (r.steps_size() == 0) return InvalidArgument("steps: expected at least one step");
+  if (r.has_packed()) {
+    if (r.steps_size() > 0) {
+      return InvalidArgument("steps and packed: expected one form of batch, got both");
+    }
+    return Status::Ok();  // checked whole by ValidatePackedExtendBatch
+  }
+  if (r.steps_size() == 0) {
+    return InvalidArgument("steps: expected at least one step (or a packed batch)");
+  }
   std::set<std::string> ids;
   for (const pb::ExtendRequest &step : r.steps()) {
     if (step.layer() != r.steps(0).layer()) {

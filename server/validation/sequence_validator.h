@@ -45,11 +45,14 @@ StatusOr<SequenceConfig> ValidateCreateSequence(const attention::v1::CreateSeque
 
 /// ExtendRequest → ExtendArgs whose q/k/v pointers alias `r`'s bytes (keep `r` alive).
 /// q (T,N,H), k and v (T,K,H): rank 3, known dtype, extents in [1, 2^24], data size equal to
-/// the shape times the dtype size, one T for all three. Errors: INVALID_ARGUMENT.
+/// the shape times the dtype size, one T for all three. append_only: q must be unset, T comes
+/// from k (k and v of one T) and the args are SetAppendOnly's. Errors: INVALID_ARGUMENT.
 StatusOr<ExtendArgs> ValidateExtend(const attention::v1::ExtendRequest& r);
 
-/// Request-level checks of an ExtendBatchRequest (each step is validated on its own when it
-/// runs): at least one step, every step on the same layer, no sequence twice.
+/// Request-level checks of an ExtendBatchRequest's form: `steps` and `packed` not both set.
+/// The per-step form (each step is validated on its own when it runs): at least one step,
+/// every step on the same layer, no sequence twice. The packed form is checked whole by
+/// ValidatePackedExtendBatch (packed_batch_validator.h); this returns Ok for it.
 /// Errors: INVALID_ARGUMENT.
 Status ValidateExtendBatch(const attention::v1::ExtendBatchRequest& r);
 

@@ -7,7 +7,8 @@ attention-server binary (cpu) on loopback:
 3. A stream message that does not parse used to end the stream OK (as if the client had
    half-closed) and the valid messages after it never ran: it now gets an INVALID_ARGUMENT
    result and the stream goes on. An unparseable unary request gets UNIMPLEMENTED (gRPC's
-   callback API answers it before the service sees it; documented in sequence.proto).
+   callback API answers it before the service sees it; documented in sequence.proto). The same
+   in an ExtendBatchStream (issue 18): an INVALID_ARGUMENT response with tag 0, the stream goes on.
 5. Sequences past --sequence-ttl-s with no call touching any sequence: GetLoad, GetServerInfo
    and /metrics count none of them, and their pages are free for a new sequence.
 12. With --batch-threads 2, a step B cancelled (or past its deadline) while it waits behind a
@@ -118,6 +119,31 @@ def test_unparseable_stream_message_is_answered_and_the_stream_goes_on():
             raise AssertionError("an unparseable Extend was answered")
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e
+
+
+def test_unparseable_batch_stream_message_is_answered_and_the_stream_goes_on():
+    """ExtendBatchStream: a message that does not parse gets an INVALID_ARGUMENT response (tag 0:
+    none could be read) and the requests around it are served."""
+    with ServerProc() as server:
+        stub = spb_grpc.SequenceServiceStub(server.channel)
+        sid, other = create(stub), create(stub)  # one request each: they may run concurrently
+        raw = server.channel.stream_stream(
+            "/attention.v1.SequenceService/ExtendBatchStream",
+            request_serializer=lambda b: b,
+            response_deserializer=spb.ExtendBatchResponse.FromString)
+        bad_utf8 = b"\x0a\x03\x0a\x01\xff"  # steps[0].sequence_id = "\xff": not UTF-8
+        truncated = b"\x0a\x40abc"  # a message field cut short
+        first = spb.ExtendBatchRequest(steps=[step(sid, 0, 2, 1)], tag=11)
+        second = spb.ExtendBatchRequest(steps=[step(other, 0, 1, 2)], tag=12)
+        msgs = [first.SerializeToString(), bad_utf8, truncated, second.SerializeToString()]
+        call = raw(iter(msgs), timeout=10)
+        results = sorted(call, key=lambda r: r.tag)
+        assert call.code() == grpc.StatusCode.OK
+        assert [(r.tag, r.code) for r in results] == [(0, 3), (0, 3), (11, 0), (12, 0)], \
+            [r.message for r in results]
+        assert all("not a valid attention.v1.ExtendBatchRequest" in r.message
+                   for r in results[:2]), [r.message for r in results]
+        assert length(stub, sid) == 2 and length(stub, other) == 1
 
 
 def test_expired_sequences_are_swept_without_any_call():

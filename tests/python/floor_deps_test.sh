@@ -44,5 +44,6 @@ PY
 cd "$root"
 ATTN_SERVER_BIN=$server PYTHONPATH=$root/client/python "$venv/bin/python" -m pytest -q \
   -p no:cacheprovider tests/python/test_client_api.py tests/python/test_client_fastpath.py \
-  tests/python/test_client_wire.py \
+  tests/python/test_client_wire.py tests/python/test_client_packed.py \
+  tests/python/test_client_packed_wire.py tests/python/test_client_packed_fake.py \
   tests/python/test_unix_socket.py -k "not loadgen"

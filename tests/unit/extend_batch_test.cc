@@ -1,7 +1,8 @@
 // RunExtendSteps (server/backends/paged/extend_batch.h): many sequence steps in one batch give each
 // step bitwise the output, status and stored state that ExtendStep gives it alone; compatible
 // steps share one AttendBatch launch; a failed launch rolls every step of it back; a step that
-// stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12).
+// stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12); an
+// append-only step shares a launch, attends nothing and rolls back like any step (issue 18).
 #include "backends/paged/extend_batch.h"
 
 #include <gtest/gtest.h>
@@ -275,6 +276,62 @@ TEST(ExtendBatch, StepCancelledWhileWaitingForItsSequenceIsNotApplied) {
   EXPECT_TRUE(be.status.ok()) << be.status.ToString();
   EXPECT_FALSE(be.dropped);
   EXPECT_EQ(out.length, 3);
+}
+
+// An append-only step (ExtendArgs.append_only) shares a launch with an attending one: it appends
+// its k/v, attends nothing (no o, kv_len 0), and a later step over it gives bitwise what it gives
+// after a full Extend of the same k/v; a failed launch rolls it back like any step.
+TEST(ExtendBatch, AppendOnlyStepAppendsAndAttendsNothing) {
+  std::mt19937 rng(5);
+  const Step up = MakeStep(0, 1, 0, 3, 4, &rng), other = MakeStep(1, 1, 0, 2, 4, &rng);
+  const Step next = MakeStep(0, 1, 3, 1, 4, &rng);
+  World w, ref;
+  CountingPaged compute, ref_compute;
+  const std::string a = w.Create(4, 0.3f), b = w.Create(4, 0.3f), ra = ref.Create(4, 0.3f);
+  const std::string owner;
+  auto run = [&](bool fail) {
+    std::vector<ExtendArgs> args = {up.Args(a), other.Args(b)};
+    SetAppendOnly(&args[0]);
+    std::vector<std::string> o(2);
+    std::vector<ExtendOutcome> out(2);
+    std::vector<BatchedExtend> be(2);
+    for (size_t i = 0; i < 2; ++i) be[i] = {&args[i], &owner, &o[i], &out[i]};
+    compute.fail_attend = fail;
+    RunExtendSteps(w.store.get(), &compute, be.data(), be.size());
+    if (fail) {
+      EXPECT_EQ(be[0].status.code(), StatusCode::kInternal);
+      EXPECT_EQ(be[1].status.code(), StatusCode::kInternal);
+      return;
+    }
+    ASSERT_TRUE(be[0].status.ok()) << be[0].status.ToString();
+    ASSERT_TRUE(be[1].status.ok()) << be[1].status.ToString();
+    EXPECT_TRUE(o[0].empty());
+    EXPECT_TRUE(out[0].append_only);
+    EXPECT_EQ(out[0].length, 3);
+    EXPECT_EQ(out[0].kv_len, 0);
+    EXPECT_EQ(out[1].kv_len, 2);
+    EXPECT_EQ(be[0].launch_size, 2);  // one launch for both
+  };
+  run(/*fail=*/true);  // rolled back: nothing appended, no page kept
+  EXPECT_EQ(w.UsedPages(), 0);
+  run(/*fail=*/false);
+  // A replay of the append-only step: answered, nothing appended.
+  ExtendArgs again = up.Args(a);
+  SetAppendOnly(&again);
+  std::string o;
+  ExtendOutcome out;
+  ASSERT_TRUE(ExtendStep(w.store.get(), &compute, owner, again, &o, &out).ok());
+  EXPECT_TRUE(out.replayed);
+  EXPECT_EQ(out.length, 3);
+  EXPECT_TRUE(o.empty());
+  // The next step over it equals the same step after a full Extend of the same k/v.
+  std::string o_ref, o_next;
+  ASSERT_TRUE(ExtendStep(ref.store.get(), &ref_compute, owner, up.Args(ra), &o_ref, &out).ok());
+  ASSERT_TRUE(ExtendStep(ref.store.get(), &ref_compute, owner, next.Args(ra), &o_ref, &out).ok());
+  ASSERT_TRUE(ExtendStep(w.store.get(), &compute, owner, next.Args(a), &o_next, &out).ok());
+  EXPECT_EQ(out.length, 4);
+  EXPECT_EQ(out.kv_len, 4);
+  EXPECT_EQ(o_next, o_ref);
 }
 
 }  // namespace

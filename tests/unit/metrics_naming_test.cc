@@ -84,11 +84,13 @@ TEST(MetricsNaming, EveryFamilyFollowsTheConventions) {
   });
   auto req = m.RegisterRequestGauges([] { return int64_t{2}; }, [] { return int64_t{1}; });
   auto pool = m.RegisterDevicePool([] { return std::pair<int64_t, int64_t>{1000, 10}; });
+  auto shm = m.RegisterSharedMemory([] { return SharedMemoryStats{1, 4096, 1, 0}; });
   const auto families = Parse(m.Render());
   const std::regex name_re("^attn_[a-z0-9]+(_[a-z0-9]+)*$");
   const std::set<std::string> base_units = {"seconds", "bytes", "requests", "tokens", "pages",
                                             "sequences", "second", "total", "info", "error",
-                                            "flight", "queued", "ratio", "steps"};
+                                            "flight", "queued", "ratio", "steps", "regions",
+                                            "leases"};
   int attn_families = 0;
   for (const auto& [name, f] : families) {
     if (name.rfind("attn_", 0) != 0) continue;
@@ -179,6 +181,8 @@ TEST(MetricsNaming, LabelValueNames) {
   EXPECT_STREQ(MethodName(Method::kGetLoad), "GetLoad");
   EXPECT_STREQ(MethodName(Method::kExtendStream), "ExtendStream");
   EXPECT_STREQ(MethodName(Method::kGetSequence), "GetSequence");
+  EXPECT_STREQ(MethodName(Method::kExtendBatchStream), "ExtendBatchStream");
+  EXPECT_STREQ(MethodName(static_cast<Method>(kNumMethods)), "unknown");
 }
 
 TEST(MetricsNaming, CommonChildrenExistAtZeroFromStart) {
@@ -283,6 +287,21 @@ TEST(MetricsNaming, ShadowObservations) {
   EXPECT_EQ(Value(t, "attn_shadow_dropped_total{backend=\"cpu\"}"), 1);
 }
 
+TEST(MetricsRegistration, SharedMemoryGaugesSumRegistrationsAndVanishWithThem) {
+  Metrics m = MakeMetrics();
+  EXPECT_EQ(Value(m.Render(), "attn_shared_memory_regions"), -1);  // no samples yet
+  {
+    auto a = m.RegisterSharedMemory([] { return SharedMemoryStats{2, 8192, 1, 3}; });
+    auto b = m.RegisterSharedMemory([] { return SharedMemoryStats{1, 4096, 1, 1}; });
+    const std::string t = m.Render();
+    EXPECT_EQ(Value(t, "attn_shared_memory_regions"), 3);
+    EXPECT_EQ(Value(t, "attn_shared_memory_bytes"), 12288);
+    EXPECT_EQ(Value(t, "attn_shared_memory_leases"), 2);
+    EXPECT_EQ(Value(t, "attn_shared_memory_broken_total"), 4);
+  }
+  EXPECT_EQ(Value(m.Render(), "attn_shared_memory_bytes"), -1);
+}
+
 TEST(MetricsRegistration, ScrapeTimeCallbacksAndUnregistering) {
   Metrics m = MakeMetrics();
   int64_t in_flight = 5;
@@ -343,6 +362,7 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   m.ObserveStep(Method::kExtendStream, true, 0.004);
   m.ObserveStep(Method::kExtendBatch, false, 1.0);    // errors: counted, not timed
   m.ObserveStep(Method::kAttend, true, 1.0);          // not a step method: ignored
+  m.ObserveStep(Method::kExtendBatchStream, true, 0.5);
   m.ObserveStepBatch(cpu, 3, 5);
   auto kv = m.RegisterKvCache([] {
     KvCacheStats s;
@@ -359,6 +379,7 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   EXPECT_DOUBLE_EQ(Value(t, "attn_sequence_step_duration_seconds_sum{method=\"ExtendStream\"}"),
                    0.006);
   EXPECT_EQ(Value(t, "attn_sequence_step_duration_seconds_count{method=\"ExtendBatch\"}"), 0);
+  EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendBatchStream\",result=\"ok\"}"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_count"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_sum"), 3);
   EXPECT_EQ(Value(t, "attn_batch_size_requests_sum{backend=\"cpu\"}"), 3);

@@ -92,6 +92,21 @@ TEST(ServerFlagsEnv, EmptyMetricsAddressVariableDisablesMetrics) {
   EXPECT_TRUE(f.metrics_address_given);
 }
 
+TEST(ServerFlagsBatchStream, MaxBatchesInFlightDefaultsToFourWithinOneTo1024) {
+  ServerConfig d;
+  std::string out;
+  ASSERT_EQ(ParseCaptured({}, &d, &out), -1) << out;
+  EXPECT_EQ(d.max_batches_in_flight, 4);  // sequence.proto: default 4
+  ServerConfig c;
+  ASSERT_EQ(ParseCaptured({"--max-batches-in-flight", "16"}, &c, &out), -1) << out;
+  EXPECT_EQ(c.max_batches_in_flight, 16);
+  for (const char *bad : {"0", "1025", "x"}) {
+    ServerConfig e;
+    EXPECT_GT(ParseCaptured({"--max-batches-in-flight", bad}, &e, &out), 0) << bad;
+    EXPECT_NE(out.find("--max-batches-in-flight"), std::string::npos) << out;
+  }
+}
+
 TEST(ServerFlagsConnectionAge, OffByDefaultAndSetFromFlagsOrVariables) {
   ServerConfig d;
   std::string out;

@@ -11,7 +11,11 @@ from . import errors
 from .client import AttendResult, AttentionClient, ExtendResult, Report
 from .sequence import Sequence
 from .stream import ExtendStream
+from .batch_stream import BatchStream
+from .packed_calls import PackedResult, StepResult
+from .shared_memory import SharedRegion
 from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
+from .aio_batch_stream import AsyncBatchStream
 from .replicas import ReplicaSet
 from .ecosystems import jax_dot_product_attention, torch_sdpa
 from .errors import (Aborted, AlreadyExists, AttentionError, Cancelled, DataLoss,
@@ -24,7 +28,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
-    "ExtendStream", "AsyncAttentionClient", "AsyncSequence", "AsyncExtendStream",
+    "ExtendStream", "BatchStream", "PackedResult", "StepResult", "SharedRegion",
+    "AsyncAttentionClient", "AsyncBatchStream", "AsyncSequence", "AsyncExtendStream",
     "torch_sdpa", "jax_dot_product_attention",
     "errors",
     "AttentionError", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",

@@ -106,6 +106,35 @@ class AsyncAttentionClient(AttentionClient):
         tm.lap("rpc_us")
         return self._batch_results(steps, resp, p, "ExtendBatch", tm)
 
+    async def extend_packed(self, layer, steps, q, k, v, *, append_only=False, region=None,
+                            timeout=None, fast=None, timings=None):
+        """Packed ExtendBatch → PackedResult (see AttentionClient.extend_packed; region: a
+        SharedRegion leased by a blocking AttentionClient of the same identity)."""
+        tm = Phases(timings)
+        method, call = "ExtendBatch", None
+        try:
+            call, req = self._packed_request(layer, steps, q, k, v, append_only, region, fast,
+                                             0, tm)
+            stub = self._raw_call(method) if isinstance(req, bytes) else self._seq.ExtendBatch
+            resp = await self._call(stub, method, req, timeout)
+            tm.lap("rpc_us")
+            return self._packed_finish(call, *self._packed_reply(resp, method), method, tm)
+        finally:
+            if call is not None and region is not None:
+                region._busy = False
+
+    def batch_stream(self, *, timeout=None, max_in_flight=2):
+        """Opens an ExtendBatchStream → AsyncBatchStream (``async with``; see
+        attention_client.aio_batch_stream)."""
+        from .aio_batch_stream import AsyncBatchStream
+        return AsyncBatchStream(self, timeout=self.timeout if timeout is None else timeout,
+                                max_in_flight=max_in_flight)
+
+    def shared_region(self, nbytes, *, timeout=30.0):
+        """Not offered on the asyncio client: lease the region with a blocking
+        AttentionClient of the same identity and name it in extend_packed(region=)."""
+        raise NotImplementedError("shared_region: lease it with a blocking AttentionClient")
+
     def extend_stream(self, *, timeout=None, max_in_flight=3):
         """Opens an ExtendStream → AsyncExtendStream (``async with``)."""
         return AsyncExtendStream(self, timeout=self.timeout if timeout is None else timeout,

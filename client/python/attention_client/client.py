@@ -14,6 +14,7 @@ from ._pb import sequence_pb2 as spb
 from ._pb import sequence_pb2_grpc as spb_grpc
 from .errors import InvalidArgument, from_rpc_error
 from .extend_calls import ExtendCalls, Phases
+from .packed_calls import PackedCalls
 from .sequence import Sequence
 
 _CAUSAL = {None: pb.CAUSAL_NONE, "none": pb.CAUSAL_NONE, "top_left": pb.CAUSAL_TOP_LEFT,
@@ -76,7 +77,7 @@ def _lengths(x, name):
     return out
 
 
-class AttentionClient(ExtendCalls):
+class AttentionClient(ExtendCalls, PackedCalls):
     """Client for one attention-server.
 
     AttentionClient(target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
@@ -107,6 +108,8 @@ class AttentionClient(ExtendCalls):
     Every failed RPC raises an AttentionError subclass (see attention_client.errors).
     Attribute wire (default True): the fast path of Extend/ExtendBatch/ExtendStream builds and
     reads the wire bytes itself (attention_client.wire); False: through protobuf messages.
+    Packed batches (one q/k/v tensor for many sequences): extend_packed (packed_calls.py),
+    batch_stream (ExtendBatchStream, batch_stream.py), shared_region (shared_memory.py).
     """
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
@@ -357,6 +360,21 @@ class AttentionClient(ExtendCalls):
         from .stream import ExtendStream
         return ExtendStream(self, timeout=self.timeout if timeout is None else timeout,
                             max_in_flight=max_in_flight)
+
+    def batch_stream(self, *, timeout=None, max_in_flight=2):
+        """Opens an ExtendBatchStream: → :class:`attention_client.batch_stream.BatchStream`
+        (packed batches submitted with tags, up to max_in_flight unanswered, replies matched
+        by tag). timeout: deadline of the whole stream in seconds (None: the client's)."""
+        from .batch_stream import BatchStream
+        return BatchStream(self, timeout=self.timeout if timeout is None else timeout,
+                           max_in_flight=max_in_flight)
+
+    def shared_region(self, nbytes, *, timeout=30.0):
+        """A host shared-memory region of nbytes leased to the server: →
+        :class:`attention_client.shared_memory.SharedRegion` (name it in extend_packed(...,
+        region=) or BatchStream.submit(..., region=); close() ends the lease and unlinks)."""
+        from .shared_memory import SharedRegion
+        return SharedRegion(self, nbytes, timeout=timeout)
 
     def _metadata(self, identity=None):
         """gRPC metadata of every call: identity (this call's or the client's) and token."""

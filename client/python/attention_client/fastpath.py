@@ -63,7 +63,15 @@ def plan(steps):
     steps: sequence of (sequence, layer, position, q, k, v)."""
     if not steps:
         return None, "no steps"
-    first = steps[0][3]
+    return plan_tensors([s[0] for s in steps], [t for s in steps for t in s[3:6]])
+
+
+def plan_tensors(seqs, tensors):
+    """(Plan, None) when `tensors` (q/k/v of one call, the first one giving the kind and
+    dtype) can go as they are to `seqs` (the call's Sequence handles), else (None, reason)."""
+    if not seqs or not tensors:
+        return None, "no steps"
+    first = tensors[0]
     if _is_torch(first):
         wire, dev = _torch_wire(first.dtype), first.device
         kind = "cuda" if dev.type == "cuda" else ("torch_cpu" if dev.type == "cpu" else None)
@@ -75,16 +83,16 @@ def plan(steps):
         return None, f"q is a {type(first).__name__} (fast path: torch tensor or numpy array)"
     if wire is None:
         return None, f"dtype {first.dtype} (fast path: float32, float16, bfloat16)"
-    for s in steps:
-        if s[0].info.dtype != wire:
-            return None, (f"sequence {s[0].id} has dtype {pb.DType.Name(s[0].info.dtype)}, the "
+    for s in seqs:
+        if s.info.dtype != wire:
+            return None, (f"sequence {s.id} has dtype {pb.DType.Name(s.info.dtype)}, the "
                           f"tensors {first.dtype}")
-        for t in s[3:6]:
-            if kind == "numpy":
-                if not isinstance(t, np.ndarray) or t.dtype != first.dtype:
-                    return None, "q/k/v of one call must all be numpy arrays of one dtype"
-            elif not _is_torch(t) or t.dtype != first.dtype or t.device != dev:
-                return None, "q/k/v of one call must all be torch tensors of one dtype and device"
+    for t in tensors:
+        if kind == "numpy":
+            if not isinstance(t, np.ndarray) or t.dtype != first.dtype:
+                return None, "q/k/v of one call must all be numpy arrays of one dtype"
+        elif not _is_torch(t) or t.dtype != first.dtype or t.device != dev:
+            return None, "q/k/v of one call must all be torch tensors of one dtype and device"
     return Plan(kind, wire, first.dtype, dev), None
 
 

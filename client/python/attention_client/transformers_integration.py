@@ -12,9 +12,9 @@ attn_implementation="attention_server")`` works) and switches the model to it. W
 attached, each forward pass of the model:
   - holds no KV cache of its own: a :class:`~attention_client.transformers_cache.ServerCache`
     takes the model cache's place and stores nothing; the server's sequences hold the K/V;
-  - sends one ExtendBatch per layer carrying every row of the batch (one server sequence per
-    row, created at the conversation's first forward, released when ``generate`` returns, at
-    the next conversation, or at detach);
+  - sends one packed ExtendBatch per layer carrying every row of the batch in one q, one k
+    and one v tensor (one server sequence per row, created at the conversation's first
+    forward, released when ``generate`` returns, at the next conversation, or at detach);
   - sends only the real tokens of each row: tokens whose 2-D ``attention_mask`` is 0 (left
     padding) never enter the server's sequence, so a padded row attends exactly as it would
     alone; Extend positions are the session's per-row lengths;

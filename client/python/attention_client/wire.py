@@ -17,6 +17,11 @@ are computed first; all parts (small bytes objects and memoryviews of the caller
 of the pinned host buffer) are joined once, so the tensor bytes are copied exactly once here.
 The fields come out in field-number order, so the bytes equal protobuf's own serialisation.
 
+Packed request (encode_packed): ``tag(packed, LEN) varint(len) P`` then the request's tag, P
+being PackedExtendBatch(layer, steps).SerializeToString(), the q/k/v fields as above (a tensor
+in shared memory: dtype and shape only), then PackedExtendBatch(append_only, regions)
+serialised: field-number order again. decode_packed walks ExtendBatchResponse → o → data.
+
 Reply (decode_batch / decode_result / decode_response): the bytes are walked (varint tags,
 every wire type skipped by its rules, groups included) down results → response → o → data,
 and re-serialised without the data fields (nested lengths recomputed, every other field kept
@@ -61,6 +66,10 @@ _DATA = _field(pb.Tensor, "data", _d.FieldDescriptor.TYPE_BYTES)
 _RESULTS = _field(spb.ExtendBatchResponse, "results", _d.FieldDescriptor.TYPE_MESSAGE)
 _RESPONSE = _field(spb.ExtendResult, "response", _d.FieldDescriptor.TYPE_MESSAGE)
 _O = _field(spb.ExtendResponse, "o", _d.FieldDescriptor.TYPE_MESSAGE)
+_PACKED = _field(spb.ExtendBatchRequest, "packed", _d.FieldDescriptor.TYPE_MESSAGE)
+_PACKED_QKV = tuple(_field(spb.PackedExtendBatch, n, _d.FieldDescriptor.TYPE_MESSAGE)
+                    for n in "qkv")
+_BATCH_O = _field(spb.ExtendBatchResponse, "o", _d.FieldDescriptor.TYPE_MESSAGE)
 
 
 def _service_path(method):
@@ -68,7 +77,8 @@ def _service_path(method):
     return f"/{svc.full_name}/{svc.methods_by_name[method].name}"
 
 
-PATHS = {m: _service_path(m) for m in ("Extend", "ExtendBatch", "ExtendStream")}
+PATHS = {m: _service_path(m) for m in ("Extend", "ExtendBatch", "ExtendStream",
+                                       "ExtendBatchStream", "SharedMemoryLease")}
 
 
 def varint(n):
@@ -88,6 +98,8 @@ def _key(field, wire_type):
 _DATA_KEY = _key(_DATA, _LEN)
 _QKV_KEYS = tuple(_key(f, _LEN) for f in _QKV)
 _STEPS_KEY = _key(_STEPS, _LEN)
+_PACKED_KEY = _key(_PACKED, _LEN)
+_PACKED_QKV_KEYS = tuple(_key(f, _LEN) for f in _PACKED_QKV)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -132,6 +144,59 @@ def encode_batch(steps):
         parts.append(_STEPS_KEY + varint(n))
         parts += sp
     return b"".join(parts)
+
+
+def encode_packed(layer, steps, wire, shapes, views, *, append_only=False, tag=0,
+                  regions=None):
+    """One serialised attention.v1.ExtendBatchRequest with `packed` set (bytes).
+
+    layer: int; steps: list of (seq_id, position, query_tokens) in row order; wire: pb.DType;
+    shapes: the shapes of q, k, v ((total_tokens, N, H), (total_tokens, K, H) twice; q None
+    when append_only); views: their raw row-major bytes as encode_request's, or None for a
+    tensor sent as dtype and shape only (its bytes in shared memory, or q when append_only).
+    regions: None or a dict "q"/"k"/"v"/"o" → pb RegionSlice message (or (region_id, offset,
+    bytes)). The fields come out in field-number order (layer, steps, q, k, v, append_only,
+    regions) and the request's tag after `packed`, so the bytes equal protobuf's own
+    serialisation; the tensor bytes are copied once (the final join)."""
+    head = spb.PackedExtendBatch(
+        layer=int(layer), steps=[spb.PackedStep(sequence_id=sid, position=int(pos),
+                                                query_tokens=int(n))
+                                 for sid, pos, n in steps]).SerializeToString()
+    parts, total = [head], len(head)
+    for key, shape, view in zip(_PACKED_QKV_KEYS, shapes, views):
+        if shape is None:
+            continue
+        n = 0 if view is None else len(view)
+        pre = _tensor_prefix(key, int(wire), tuple(int(d) for d in shape), n) if n else \
+            _tensor_head(key, int(wire), tuple(int(d) for d in shape))
+        parts.append(pre)
+        total += len(pre) + n
+        if n:
+            parts.append(view)
+    tail = spb.PackedExtendBatch(append_only=bool(append_only),
+                                 **_region_fields(regions)).SerializeToString()
+    parts.append(tail)
+    total += len(tail)
+    end = spb.ExtendBatchRequest(tag=int(tag)).SerializeToString()
+    return b"".join([_PACKED_KEY, varint(total)] + parts + [end])
+
+
+@functools.lru_cache(maxsize=256)
+def _tensor_head(key, wire, shape):
+    """A q/k/v field carrying dtype and shape only (no data field)."""
+    th = pb.Tensor(dtype=wire, shape=shape).SerializeToString()
+    return key + varint(len(th)) + th
+
+
+def _region_fields(regions):
+    out = {}
+    for name, r in (regions or {}).items():
+        if r is None:
+            continue
+        if not isinstance(r, spb.RegionSlice):
+            r = spb.RegionSlice(region_id=r[0], offset=int(r[1]), bytes=int(r[2]))
+        out[f"{name}_region"] = r
+    return out
 
 
 class _Malformed(Exception):
@@ -216,7 +281,7 @@ def _split(buf, start, end, pick):
     return out
 
 
-_KEYS = {f: _key(f, _LEN) for f in (_RESULTS, _RESPONSE, _O, _DATA)}
+_KEYS = {f: _key(f, _LEN) for f in (_RESULTS, _RESPONSE, _O, _DATA, _BATCH_O)}
 _RESULT_PATH = (_RESPONSE, _O, _DATA)
 
 
@@ -294,3 +359,10 @@ def decode_response(buf, method="Extend"):
     """Serialised ExtendResponse (an Extend reply) → (ExtendResponse without o.data, data
     span or None). Raises Internal for malformed bytes."""
     return _guard(method, _decode_one, buf, spb.ExtendResponse, _RESULT_PATH[1:])
+
+
+def decode_packed(buf, method="ExtendBatch"):
+    """Serialised ExtendBatchResponse of a packed batch (an ExtendBatch or ExtendBatchStream
+    reply) → (ExtendBatchResponse without o.data, (start, end) of o.data in buf or None).
+    Raises Internal for malformed bytes."""
+    return _guard(method, _decode_one, buf, spb.ExtendBatchResponse, (_BATCH_O, _DATA))

@@ -44,7 +44,7 @@ Status CheckArgs(const SequenceConfig &c, const ExtendArgs &a) {
                              kernels::DTypeName(c.dtype) + ", got " + kernels::DTypeName(dts[i]));
     }
   }
-  const std::array<int64_t, 3> q_want{a.q_shape[0], c.num_heads, c.head_dim};
+  const std::array<int64_t, 3> q_want{a.q_shape[0], a.append_only ? 0 : c.num_heads, c.head_dim};
   if (a.q_shape[0] < 1 || a.q_shape != q_want) {
     return InvalidArgument("q.shape: expected (T >= 1, N = " + std::to_string(c.num_heads) +
                            ", H = " + std::to_string(c.head_dim) + "), got " + Shape3(a.q_shape));
@@ -101,6 +101,8 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   out->num_heads = c.num_heads;
   out->head_dim = c.head_dim;
   out->dtype = c.dtype;
+  out->append_only = a.append_only;
+  step->append_only = a.append_only;
 
   // An exact replay of this layer's last step returns the stored result.
   if (L.last.valid && a.position == L.last.position && T == L.last.tokens &&
@@ -108,7 +110,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
     *o = L.last.o.bytes();
     out->length = L.table.length();
     out->replayed = true;
-    out->kv_len = L.table.length();
+    out->kv_len = a.append_only ? 0 : L.table.length();
     step->replayed = true;
     return Status::Ok();  // the lock goes with `locked`
   }
@@ -188,10 +190,12 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   step->append.v = a.v;
   step->append.src_dtype = c.dtype;
   step->append.saturations = 0;
-  o->resize(static_cast<size_t>(T * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype)));
+  // An append-only step attends nothing: an attend item of 0 query tokens and no output.
+  const int64_t q_tokens = a.append_only ? 0 : T;
+  o->resize(static_cast<size_t>(q_tokens * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype)));
   step->attend.layer = lv;
-  step->attend.query = PagedQuery{a.q, T, c.num_heads, c.dtype, c.scale};
-  step->attend.o = o->data();
+  step->attend.query = PagedQuery{a.q, q_tokens, c.num_heads, c.dtype, c.scale};
+  step->attend.o = a.append_only ? nullptr : o->data();
   return Status::Ok();
 }
 
@@ -214,7 +218,7 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
   L.last.tokens = step->append.tokens;
   L.last.digest = step->digest;
   out->length = L.table.length();
-  out->kv_len = L.table.length();
+  out->kv_len = step->append_only ? 0 : L.table.length();
   out->kernel_us = times.kernel_ns / 1000;
   out->h2d_us = times.h2d_ns / 1000;
   out->d2h_us = times.d2h_ns / 1000;

@@ -1,7 +1,8 @@
 // One Extend step on one (sequence, layer) (DESIGN.md §3): check the request
 // against the sequence, replay or append k/v at `position` (copy-on-write of a
 // shared partial page, FP8 quantisation with defined scales), then attend q
-// over the whole layer cache with bottom-right causal alignment. Errors (stored
+// over the whole layer cache with bottom-right causal alignment (an append-only step,
+// ExtendArgs.append_only, attends nothing: no output, kv_len 0). Errors (stored
 // state unchanged on every error): NOT_FOUND (see SequenceStore::Acquire),
 // INVALID_ARGUMENT (layer, dtypes, shapes, k/v lengths), FAILED_PRECONDITION
 // (position is not the layer's length; the message gives the length),
@@ -24,7 +25,8 @@
 
 namespace attn {
 
-/// Runs the step for `owner`; on success `o` holds the (T, N, H) output bytes.
+/// Runs the step for `owner`; on success `o` holds the (T, N, H) output bytes (empty for an
+/// append-only step).
 /// Same as PrepareExtend + Append + Attend + CommitExtend (AbortExtend on failure).
 Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
                   const ExtendArgs &args, std::string *o, ExtendOutcome *outcome);
@@ -37,6 +39,8 @@ Status ExtendStep(SequenceStore *store, PagedAttentionBackend *backend, const st
 struct PreparedExtend {
   LockedSequence locked;
   bool replayed = false;   ///< an exact replay: `o` is already filled, nothing to compute
+  /// ExtendArgs.append_only: `attend` has 0 query tokens and no output (nothing to attend).
+  bool append_only = false;
   int32_t layer = 0;
   PagedAppendItem append;  ///< k/v to write (tokens T at the old length)
   PagedAttendItem attend;  ///< q over the layer after the append; o points at the output

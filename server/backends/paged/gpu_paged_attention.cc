@@ -12,15 +12,18 @@ namespace {
 
 using kernels::DType;
 
-/// PagedAttendItems as the parallel arrays AttendMany takes.
+/// PagedAttendItems as the parallel arrays AttendMany takes, without the items of 0 query
+/// tokens (append-only steps: nothing to attend).
 struct AttendArrays {
-  AttendArrays(const PagedAttendItem *items, size_t n) : layers(n), queries(n), outs(n) {
+  AttendArrays(const PagedAttendItem *items, size_t n) {
     for (size_t i = 0; i < n; ++i) {
-      layers[i] = items[i].layer;
-      queries[i] = items[i].query;
-      outs[i] = items[i].o;
+      if (items[i].query.tokens == 0) continue;
+      layers.push_back(items[i].layer);
+      queries.push_back(items[i].query);
+      outs.push_back(items[i].o);
     }
   }
+  int64_t count() const { return static_cast<int64_t>(layers.size()); }
   std::vector<PagedLayerView> layers;
   std::vector<PagedQuery> queries;
   std::vector<void *> outs;
@@ -170,9 +173,10 @@ Status GpuPagedAttention::AppendAttendBatch(PagedAppendItem *appends,
   const AttendArrays arrays(attends, n);
   PagedAppendJob a;
   ATTN_RETURN_IF_ERROR(LayoutAppend(appends, n, &a));
+  if (arrays.count() == 0) return Run(&a, nullptr, times);  // append-only steps
   PagedAttendJob t;
   ATTN_RETURN_IF_ERROR(LayoutAttend(device_, arrays.layers.data(), arrays.queries.data(),
-                                    arrays.outs.data(), static_cast<int64_t>(n), &t));
+                                    arrays.outs.data(), arrays.count(), &t));
   return Run(&a, &t, times);
 }
 
@@ -203,7 +207,7 @@ Status GpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
 Status GpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
   const AttendArrays arrays(items, n);
   return AttendMany(arrays.layers.data(), arrays.queries.data(), arrays.outs.data(),
-                    static_cast<int64_t>(n), times);
+                    arrays.count(), times);
 }
 
 Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQuery *queries,

@@ -71,7 +71,8 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   /// saturations are counted on their own); one transfer each way and one sync either way.
   /// `times` (may be null): CUDA-event times of the copies and kernels.
   Status AppendBatch(PagedAppendItem *items, size_t n, LaunchTimes *times) override;
-  /// At most two launches over every item (AttendMany).
+  /// At most two launches over every item of >= 1 query tokens (AttendMany; items of 0 tokens,
+  /// append-only steps, are skipped).
   Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override;
   /// AppendBatch's launches, then AttendBatch's, in one upload, one download and one sync
   /// (one round trip per batch of steps instead of two). `times`: the call's CUDA-event times.

@@ -53,7 +53,8 @@ struct PagedAppendItem {
   int64_t saturations = 0;  ///< out: FP8 elements clamped while writing this item
 };
 
-/// One sequence's attention in AttendBatch: o ((T, N, H) of query.dtype) over `layer`.
+/// One sequence's attention in AttendBatch: o ((T, N, H) of query.dtype) over `layer`. An item
+/// of query.tokens == 0 (an append-only step, whose o is null) computes nothing.
 struct PagedAttendItem {
   PagedLayerView layer;
   PagedQuery query;
@@ -120,11 +121,12 @@ class PagedAttentionBackend {
   /// (sequence, layer)s of one sub-pool whose queries share dtype, num_heads and scale (the
   /// caller groups them); q lengths may differ (decode T=1 next to a short prefill). A GPU
   /// implementation runs one paged launch over all of them (block tables, kv_lengths, q
-  /// offsets). `times` (may be null) gets the launch's time added. Default: Attend for each
-  /// item in order, timed on the host.
+  /// offsets). Items of 0 query tokens are skipped. `times` (may be null) gets the launch's
+  /// time added. Default: Attend for each item in order, timed on the host.
   virtual Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n; ++i) {
+      if (items[i].query.tokens == 0) continue;  // append-only step
       ATTN_RETURN_IF_ERROR(Attend(items[i].layer, items[i].query, items[i].o));
     }
     AddHostTime(t0, times);
