@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "attn/common/cli_finite.h"
+#include "attn/common/cli_range.h"
 #include "loadgen/cli_common.h"
 #include "loadgen/dtype_codec.h"
-#include "loadgen/flag_checks.h"
 
 namespace attn::loadgen {
 
