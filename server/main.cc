@@ -1,10 +1,11 @@
 // attention-server: scaled-dot-product attention as a gRPC service (attention.v1).
 //
-// Start-up: flags → logging → backends (device pool, cuBLAS) → gRPC server with health and
-// reflection → SERVING. SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, in-flight
-// calls finish (up to --drain-timeout-s), open ExtendStreams end with UNAVAILABLE (after their
-// current step) and open SharedMemoryLeases with it (regions released), then the server stops and the process exits 0 (or 3 when the drain timed out
-// with calls still running).
+// Start-up: flags → logging → listen addresses checked → backends (device pool, cuBLAS) → gRPC
+// server with health and reflection → SERVING. SIGTERM/SIGINT: health NOT_SERVING, new calls
+// UNAVAILABLE, in-flight calls finish (up to --drain-timeout-s), open ExtendStreams and
+// ExtendBatchStreams end with UNAVAILABLE (after their current steps) and open
+// SharedMemoryLeases with it (regions released), then the server stops and the process exits 0
+// (or 3 when the drain timed out with calls still running).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -41,6 +42,7 @@
 #include "common/worker_pool.h"
 #include "shm/region_registry.h"
 #include "startup/drain.h"
+#include "startup/listen_address.h"
 #include "startup/main_listener.h"
 #include "version.h"
 
@@ -291,15 +293,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   // Registers grpc.health.v1's descriptors (attn_health_proto) so reflection can describe the
   // health service gRPC serves; without this reference the linker drops them.
   (void)grpc::health::v1::HealthCheckResponse::descriptor();
+  // --listen was checked by CheckListenAddresses: its port is in [0, 65535].
   plan.requested_port = unix_socket ? 0 : attn::startup::ListenPort(config.listen_address);
-  if (plan.requested_port < 0) {
-    spdlog::critical(
-        "--listen: expected host:port with port in [0, 65535] or unix:PATH, got "
-        "\"{}\"",
-        config.listen_address);
-    return 2;
-  }
-  if (unix_socket) {
+  if (unix_socket) {  // again: another server may have started meanwhile
     plan.socket_path = attn::UnixSocketPath(config.listen_address);
     if (auto s = attn::PrepareUnixSocket(plan.socket_path); !s.ok()) {
       spdlog::critical("{}", s.ToString());
@@ -346,10 +342,26 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   return 0;
 }
 
-// Start-up in order: security (TLS, tokens; bad files exit 2), backends, the worker pool and
-// the KV cache, then Serve. Returns the process exit code (0 after a clean drain; 1 or 2 for
-// start-up errors).
+// --listen and --health-address (startup/listen_address.h), and a unix:PATH's file, before
+// anything heavy starts: a bad one exits 2 at once.
+int CheckListenAddresses(const attn::ServerConfig& config) {
+  auto s = attn::startup::CheckListenAddress("--listen", config.listen_address, true);
+  if (s.ok() && !config.health_address.empty()) {
+    s = attn::startup::CheckListenAddress("--health-address", config.health_address, false);
+  }
+  if (s.ok() && attn::IsUnixAddress(config.listen_address)) {
+    s = attn::PrepareUnixSocket(attn::UnixSocketPath(config.listen_address));
+  }
+  if (s.ok()) return kContinue;
+  spdlog::critical("{}", s.ToString());
+  return s.code() == attn::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Start-up in order: the listen addresses, security (TLS, tokens; bad files exit 2), backends,
+// the worker pool and the KV cache, then Serve. Returns the process exit code (0 after a clean
+// drain; 1 or 2 for start-up errors).
 int Run(const attn::ServerConfig& config, const sigset_t& signals) {
+  if (int code = CheckListenAddresses(config); code != kContinue) return code;
   attn::startup::ListenerPlan plan;
   if (int code = CheckUnixSocketFlags(config, attn::IsUnixAddress(config.listen_address),
                                       &plan.socket_mode);

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "attn/common/cli_finite.h"
+#include "attn/common/cli_range.h"
 #include "loadgen/cli_common.h"
 #include "loadgen/dtype_codec.h"
-#include "loadgen/flag_checks.h"
 
 namespace attn::loadgen {
 
@@ -63,8 +63,8 @@ void AddSessionFlags(CLI::App& app, SessionOptions* session) {
       ->check(InRange(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_flag("--check-kv-released", session->check_kv_released,
-               "session/mooncake: at the end, call GetServerInfo and exit 1 unless the KV cache "
-               "has 0 pages used");
+               "session/mooncake: at the end, call GetServerInfo and GetLoad and exit 1 unless "
+               "the KV cache has 0 pages used and 0 live sequences");
 }
 
 // Which requests, how many, how fast: trace, counts, duration, loop mode and rate, workers,

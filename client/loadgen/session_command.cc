@@ -105,11 +105,13 @@ int RunSessionCommand(const SessionCommand& c) {
   int64_t errors = 0;
   for (const auto& [code, n] : report.errors) errors += n;
   if (Interrupt::Requested()) return Interrupt::ExitCode();
-  if (session.check_kv_released && report.kv_pages_used_after != 0) {
+  if (session.check_kv_released &&
+      (report.kv_pages_used_after != 0 || report.sequences_after != 0)) {
     std::cerr << "attention-loadgen: --check-kv-released: "
-              << (report.kv_pages_used_after < 0
+              << (report.kv_pages_used_after < 0 || report.sequences_after < 0
                       ? report.stop_reason
-                      : std::to_string(report.kv_pages_used_after) + " KV pages still used")
+                      : std::to_string(report.kv_pages_used_after) + " KV pages still used, " +
+                            std::to_string(report.sequences_after) + " sequences still live")
               << "\n";
     return 1;
   }

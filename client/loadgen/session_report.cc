@@ -96,11 +96,19 @@ std::string FormatSessionReport(const SessionReport& r) {
   for (const auto& [code, n] : r.errors) {
     out << "  " << code << " x " << n << ": " << r.first_messages.at(code) << "\n";
   }
+  if (r.release_retries > 0 || r.releases_failed > 0) {
+    out << "releases failed        " << r.releases_failed << " (after " << r.release_retries
+        << " retries on UNAVAILABLE; a failed release's sequence stays held until the "
+           "server's --sequence-ttl-s)\n";
+  }
   out << "verified               " << r.verified << " outputs, " << r.mismatches
       << " mismatches (worst rel error " << r.worst_rel_error << ")\n";
   if (!r.first_mismatch.empty()) out << "  first mismatch: " << r.first_mismatch << "\n";
   if (r.kv_pages_used_after >= 0) {
     out << "kv pages used after    " << r.kv_pages_used_after << "\n";
+  }
+  if (r.sequences_after >= 0) {
+    out << "live sequences after   " << r.sequences_after << "\n";
   }
   return out.str();
 }

@@ -65,7 +65,10 @@ struct SessionReport {
   int64_t forks = 0;         // mooncake
   int64_t tokens_saved = 0;  // mooncake: forked tokens (per layer) not sent again
   int64_t prefix_evictions = 0;
+  int64_t release_retries = 0;  // ReleaseSequence tries beyond the first (UNAVAILABLE retried)
+  int64_t releases_failed = 0;  // releases that failed after their retries (sequences left held)
   int64_t kv_pages_used_after = -1;  // --check-kv-released: pages_used at the end
+  int64_t sequences_after = -1;      // --check-kv-released: GetLoad.sequences at the end
   std::string stop_reason;
 };
 

@@ -55,7 +55,10 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["forks"] = r.forks;
   j["tokens_saved"] = r.tokens_saved;
   j["prefix_evictions"] = r.prefix_evictions;
+  j["release_retries"] = r.release_retries;
+  j["releases_failed"] = r.releases_failed;
   if (r.kv_pages_used_after >= 0) j["kv_pages_used_after"] = r.kv_pages_used_after;
+  if (r.sequences_after >= 0) j["sequences_after"] = r.sequences_after;
   if (!r.stop_reason.empty()) j["stop_reason"] = r.stop_reason;
   return j;
 }

@@ -10,6 +10,7 @@
 #include "attention/v1/attention.grpc.pb.h"
 #include "loadgen/channel_security.h"
 #include "loadgen/interrupt.h"
+#include "loadgen/release_retry.h"
 #include "loadgen/session_verify.h"
 #include "loadgen/token_keys.h"
 #include "loadgen/verify.h"
@@ -51,20 +52,28 @@ SessionReport SessionRunner::Run() {
   return r;
 }
 
-// --check-kv-released: the KV pages the server still holds (GetServerInfo), or why unknown.
+// --check-kv-released: the KV pages (GetServerInfo) and the live sequences (GetLoad) the server
+// still holds, or why unknown.
 void SessionRunner::CheckKvReleased(SessionReport* r) const {
   auto stub = av1::AttentionService::NewStub(Channel());
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(o_.run.deadline_ms);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(o_.run.deadline_ms));
+  ctx.set_deadline(deadline);
   av1::GetServerInfoResponse info;
-  const grpc::Status st = stub->GetServerInfo(&ctx, av1::GetServerInfoRequest(), &info);
+  grpc::Status st = stub->GetServerInfo(&ctx, av1::GetServerInfoRequest(), &info);
   if (st.ok()) {
     r->kv_pages_used_after = 0;
     for (const auto& c : info.kv_cache().classes()) r->kv_pages_used_after += c.pages_used();
-  } else {
-    r->stop_reason =
-        "GetServerInfo failed: " + StatusCodeName(st.error_code()) + ": " + st.error_message();
+    grpc::ClientContext load_ctx;
+    load_ctx.set_deadline(deadline);
+    av1::GetLoadResponse load;
+    st = stub->GetLoad(&load_ctx, av1::GetLoadRequest(), &load);
+    if (st.ok()) r->sequences_after = load.sequences();
+  }
+  if (!st.ok()) {
+    r->stop_reason = "GetServerInfo/GetLoad failed: " + StatusCodeName(st.error_code()) + ": " +
+                     st.error_message();
   }
 }
 
@@ -107,19 +116,19 @@ int64_t SessionRunner::Claim() {
 }
 
 // Releases are cleanup, also after SIGINT/SIGTERM: never cancelled by the interrupt (that would
-// leave the sequence's KV pages held on the server), but bounded by kReleaseAfterInterruptMs
-// once interrupted.
+// leave the sequence's KV pages held on the server), retried on UNAVAILABLE (release_retry.h)
+// within --deadline-ms, or within kReleaseAfterInterruptMs once interrupted. A release that
+// still failed is counted (releases_failed) besides its error.
 void SessionRunner::ReleaseSeq(Stub* stub, const std::string& id, SessionStats* st) {
-  grpc::ClientContext ctx;
-  const int64_t ms = Interrupt::Requested()
+  ReleaseRetryPolicy policy;
+  policy.budget_ms = Interrupt::Requested()
                          ? std::min<int64_t>(o_.run.deadline_ms, kReleaseAfterInterruptMs)
                          : o_.run.deadline_ms;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
-  av1::ReleaseSequenceRequest req;
-  req.set_sequence_id(id);
-  av1::ReleaseSequenceResponse resp;
-  const grpc::Status s = stub->ReleaseSequence(&ctx, req, &resp);
-  if (!s.ok()) st->Error(s.error_code(), "ReleaseSequence", s.error_message());
+  const ReleaseOutcome r = ReleaseWithRetry(stub, id, policy);
+  st->release_retries += r.attempts - 1;
+  if (r.status.ok()) return;
+  ++st->releases_failed;
+  st->Error(r.status.error_code(), "ReleaseSequence", r.status.error_message());
 }
 
 bool SessionRunner::Create(Stub* stub, int64_t reserve, std::string* id, SessionStats* st) {

@@ -71,6 +71,8 @@ void SessionStats::Merge(const SessionStats& o) {
   forks += o.forks;
   tokens_saved += o.tokens_saved;
   evictions += o.evictions;
+  release_retries += o.release_retries;
+  releases_failed += o.releases_failed;
 }
 
 void SteadyWindow(const SessionStats& all, SessionReport* r) {
@@ -113,6 +115,8 @@ void FillSessionReport(const SessionStats& all, double wall, SessionReport* r) {
   r->forks = all.forks;
   r->tokens_saved = all.tokens_saved;
   r->prefix_evictions = all.evictions;
+  r->release_retries = all.release_retries;
+  r->releases_failed = all.releases_failed;
 }
 
 }  // namespace attn::loadgen

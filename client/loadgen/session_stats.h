@@ -44,6 +44,9 @@ struct SessionStats {
   double worst = 0;
   std::string first_mismatch;
   int64_t forks = 0, tokens_saved = 0, evictions = 0;
+  // ReleaseSequence (release_retry.h): tries beyond the first, releases that still failed (their
+  // sequences stay held on the server until its --sequence-ttl-s).
+  int64_t release_retries = 0, releases_failed = 0;
 
   /// Counts an error under its status code's name; keeps the first message per code.
   void Error(grpc::StatusCode code, const std::string& where, const std::string& message);

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "attention/v1/attention.grpc.pb.h"
-#include "loadgen/flag_checks.h"
+#include "attn/common/cli_range.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/progress.h"
 #include "loadgen/report.h"

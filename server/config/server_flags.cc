@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attn/common/cli_finite.h"
+#include "attn/common/cli_range.h"
 #include "config/byte_size.h"
 #include "config/memory_limit.h"
 #include "config/flag_groups.h"
@@ -94,40 +95,40 @@ void AddListenFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--max-message-bytes", c->max_message_bytes,
                  "largest request accepted, bytes (larger: RESOURCE_EXHAUSTED from gRPC, "
                  "\"Received message larger than max\")")
-      ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
+      ->check(InRange(int64_t{1024}, int64_t{2147483647}))
       ->capture_default_str();
 }
 
 // Worker threads, the cpu backend's threads, the queue and the batching knobs (DESIGN.md §8).
 void AddWorkerAndBatchingFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--threads", c->worker_threads, "worker threads (0: hardware concurrency)")
-      ->check(CLI::Range(0, 1024))
+      ->check(InRange(0, 1024))
       ->capture_default_str();
   app.add_option("--cpu-threads", c->cpu_threads_per_call,
                  "threads one cpu-backend call may use (0: hardware concurrency)")
-      ->check(CLI::Range(0, 1024))
+      ->check(InRange(0, 1024))
       ->capture_default_str();
   app.add_option("--max-queue-requests", c->max_queue_requests,
                  "requests allowed to wait for a worker (more: RESOURCE_EXHAUSTED)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->check(InRange(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   app.add_option("--max-batch-tokens", c->max_batch_tokens,
                  "query tokens one batched launch may hold (a bigger request runs alone)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->check(InRange(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--max-batch-requests", c->max_batch_requests,
                  "calls (Attend) or steps (Extend*) one launch may hold; 1 disables batching")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->check(InRange(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--max-queue-delay-us", c->max_queue_delay_us,
                  "how long queued work may wait for a batch to fill, microseconds (0: launch "
                  "at once with whatever compatible work is already waiting)")
-      ->check(CLI::Range(int64_t{0}, int64_t{60000000}))
+      ->check(InRange(int64_t{0}, int64_t{60000000}))
       ->capture_default_str();
   app.add_option("--batch-threads", c->batch_threads,
                  "threads that form and run batches, per stage (Attend, sequence steps); "
                  "0: --threads")
-      ->check(CLI::Range(0, 1024))
+      ->check(InRange(0, 1024))
       ->capture_default_str();
   app.add_option("--max-batches-in-flight", c->max_batches_in_flight,
                  "ExtendBatchStream: requests of one stream worked on at a time (a request counts "
@@ -162,19 +163,19 @@ void AddLoggingAndDeviceFlags(CLI::App& app, ServerConfig* c) {
                  "calibration table cached per device (device name + driver + build); loaded at "
                  "start when it matches, written after --calibrate");
   app.add_option("--calibration-reps", c->calibration_reps, "timed runs per bucket and backend")
-      ->check(CLI::Range(1, 100))
+      ->check(InRange(1, 100))
       ->capture_default_str();
   app.add_option("--gpu-memory-fraction", c->gpu_memory_fraction,
                  "fraction of free device memory taken as the pool at start")
-      ->check(CLI::Range(0.01, 1.0))
+      ->check(InRange(0.01, 1.0))
       ->capture_default_str();
   app.add_option("--pinned-staging-bytes", c->pinned_staging_bytes,
                  "pinned host buffer for host<->device copies, bytes")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--naive-workspace-bytes", c->naive_workspace_bytes,
                  "cap on one naive call's score workspace, bytes (bigger problems are chunked)")
-      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 42))
+      ->check(InRange(int64_t{1} << 20, int64_t{1} << 42))
       ->capture_default_str();
 }
 
@@ -182,7 +183,7 @@ void AddLoggingAndDeviceFlags(CLI::App& app, ServerConfig* c) {
 void AddLifecycleAndMetricsFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--drain-timeout-s", c->drain_timeout_s,
                  "on SIGTERM/SIGINT, seconds to wait for in-flight calls")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(InRange(0.0, 3600.0))
       ->capture_default_str();
   app.add_flag("--drain-wait-sequences", c->drain_wait_sequences,
                "on SIGTERM/SIGINT, also wait (up to --drain-timeout-s) until every live sequence "
@@ -221,7 +222,7 @@ void AddLifecycleAndMetricsFlags(CLI::App& app, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--shadow-check-fraction", c->shadow_check_fraction,
                  "share of Attend calls recomputed on the cpu reference off the hot path")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(InRange(0.0, 1.0))
       ->capture_default_str();
 }
 
@@ -230,7 +231,7 @@ void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--kv-cache-bytes", c->kv_cache_bytes,
                  "memory for paged KV cache pages (SequenceService), bytes: host memory, or "
                  "carved from the GPU pool when --kv-device is gpu")
-      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 44))
+      ->check(InRange(int64_t{1} << 16, int64_t{1} << 44))
       ->capture_default_str();
   app.add_option("--kv-device", c->kv_device,
                  "where KV pages live and sequence steps run: auto (gpu when a GPU opened), "
@@ -238,29 +239,29 @@ void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
       ->capture_default_str();
   app.add_option("--kv-page-tokens", c->kv_page_tokens, "tokens per KV cache page")
-      ->check(CLI::Range(1, 4096))
+      ->check(InRange(1, 4096))
       ->capture_default_str();
   app.add_option("--kv-chunk-pages", c->kv_chunk_pages,
                  "KV pages carved from the pool at a time per layout class")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(InRange(1, 1 << 20))
       ->capture_default_str();
   app.add_flag("--kv-evict-idle", c->kv_evict_idle,
                "when the KV cache is full, evict least recently used idle sequences");
   app.add_option("--sequence-ttl-s", c->sequence_ttl_s,
                  "drop sequences idle longer than this, seconds (0: never)")
-      ->check(CLI::Range(0.0, 1e9))
+      ->check(InRange(0.0, 1e9))
       ->capture_default_str();
   app.add_option("--replay-cache-bytes", c->replay_cache_bytes,
                  "host bytes for the stored outputs of each sequence layer's last step (exact "
                  "replays of a retried step); a step whose output does not fit is not "
                  "replayable: its retry gets FAILED_PRECONDITION with the actual length")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--sequence-metadata-bytes", c->sequence_metadata_bytes,
                  "host bytes the live sequences' own metadata may hold in all (~170 bytes per "
                  "layer and sequence, before any KV page); CreateSequence/ForkSequence past it "
                  "get RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
@@ -268,7 +269,7 @@ void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
   // fail with INTERNAL as after a device fault (backends/fault_injecting_backend.h).
   app.add_option("--inject-backend-fault-after", c->inject_backend_fault_after,
                  "tests: inject a device fault from the Nth backend Execute on (0: off)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
+      ->check(InRange(int64_t{0}, int64_t{1} << 62))
       ->group("");
 }
 
@@ -287,16 +288,16 @@ void AddSecurityFlags(CLI::App& app, ServerConfig* c) {
                  "<token> (SIGHUP reloads it)");
   app.add_option("--max-sequences-per-identity", c->max_sequences_per_identity,
                  "live sequences one identity may hold (0: unlimited)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--max-pages-per-identity", c->max_pages_per_identity,
                  "KV cache pages one identity may hold; pages shared by forks count once "
                  "(0: unlimited)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--max-tensor-elements", c->max_tensor_elements,
                  "elements summed over every tensor of one request (0: unlimited)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62))
+      ->check(InRange(int64_t{0}, int64_t{1} << 62))
       ->capture_default_str();
 }
 

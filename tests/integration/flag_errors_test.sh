@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Flag errors of both binaries exit 2 (what README and docs/loadgen.md say; CLI11's own codes
-# were 105/109) with CLI11's message on stderr; --help and --version exit 0; the loadgen's range
-# messages are readable ("--rate: must be > 0, got 0", never DBL_MAX or "0.000000").
+# were 105/109) with CLI11's message on stderr; --help and --version exit 0; both binaries'
+# range messages are readable ("--rate: must be > 0, got 0", "--sequence-ttl-s: must be in
+# [0, 1000000000], got -1", never DBL_MAX or "0.000000"); the server's listen addresses are
+# checked before anything starts (`--listen nothost:50051` exits 2 at once, nothing logged
+# about backends or the KV cache).
 # Usage: flag_errors_test.sh ATTENTION_SERVER ATTENTION_LOADGEN. Nothing listens: every case
-# stops at parsing (each bounded by `timeout 20`).
+# stops at parsing or at the listen-address check (each bounded by `timeout 20`).
 set -u
 server=$1
 loadgen=$2
@@ -36,6 +39,39 @@ expect 2 "--kv-cache-bytes" "$server" --kv-cache-bytes 12
 expect 2 "environment variable ATTN_KV_CACHE_BYTES=12" env ATTN_KV_CACHE_BYTES=12 "$server"
 expect 2 "--log-format" "$server" --log-format yaml
 expect 0 "Usage:" "$server" --help
+# Range errors in the loadgen's readable form (CLI::Range printed "0.000000 to 1000000000.000000").
+expect 2 "--sequence-ttl-s: must be in [0, 1000000000], got -1" "$server" --sequence-ttl-s -1
+expect 2 "--drain-timeout-s: must be in [0, 3600], got -1" "$server" --drain-timeout-s -1
+expect 2 "--gpu-memory-fraction: must be in [0.01, 1], got 2" "$server" --gpu-memory-fraction 2
+expect 2 "--max-connection-age-s: must be in [0, 2592000], got -5" "$server" \
+  --max-connection-age-s -5
+expect 2 "--threads: must be in [0, 1024], got 5000" "$server" --threads 5000
+expect 2 "--threads: must be an integer in [0, 1024], got abc" "$server" --threads abc
+expect 2 "--kv-cache-bytes: must be in [65536, 17592186044416], got 12" "$server" \
+  --kv-cache-bytes 12
+expect 2 "--drain-timeout-s: must be a finite number, got nan" "$server" --drain-timeout-s nan
+expect 2 "environment variable ATTN_SEQUENCE_TTL_S=-1 (for --sequence-ttl-s): --sequence-ttl-s: \
+must be in [0, 1000000000], got -1" env ATTN_SEQUENCE_TTL_S=-1 "$server"
+# Listen addresses: refused before the backends, the KV cache or metrics start (no such log
+# line), exit 2.
+expect 2 '--listen: host "nothost" does not resolve' "$server" --listen nothost:50051
+expect_quiet_start() {
+  if grep -qiE 'backend|kv cache|kv_cache|metrics' "$out"; then
+    echo "FAIL: $1 started something first:"; head -5 "$out"; failures=$((failures + 1))
+  fi
+}
+expect_quiet_start "--listen nothost:50051"
+expect 2 "--listen: expected host:port or unix:PATH with port in [0, 65535]" "$server" \
+  --listen 127.0.0.1:99999
+expect 2 "--listen: expected host:port or unix:PATH with port in [0, 65535]" "$server" \
+  --listen localhost
+expect 2 "--listen: expected unix:PATH with a non-empty PATH" "$server" --listen unix:
+expect 2 "--listen: expected host:port or unix:PATH with port in [0, 65535]" "$server" \
+  --listen :50051
+expect 2 '--health-address: host "nothost" does not resolve' "$server" --listen 127.0.0.1:0 \
+  --health-address nothost:8081
+expect 2 "--health-address: expected host:port (no unix: socket)" "$server" \
+  --listen 127.0.0.1:0 --health-address unix:/tmp/h.sock
 
 # attention-loadgen (ParseLoadgenFlags), main command and sweep subcommand.
 expect 2 "The following argument was not expected: --no-such-flag" "$loadgen" --no-such-flag

@@ -2,7 +2,8 @@
 # Integration: attention-loadgen's SequenceService workloads against a real server (cpu, tiny
 # shapes): generation sessions decoded through Extend, ExtendBatch and ExtendStream, and a
 # Mooncake replay with prefix forks and a small LRU (evictions). Each run verifies every output
-# against the float64 oracle and ends with --check-kv-released (0 KV pages used).
+# against the float64 oracle and ends with --check-kv-released (0 KV pages used, 0 live
+# sequences); the last runs meet the server's --max-connection-age-s GOAWAYs.
 set -euo pipefail
 server=$1
 loadgen=$2
@@ -63,4 +64,27 @@ j = json.load(open(sys.argv[1]))
 assert j["errors"].get("RESOURCE_EXHAUSTED", 0) > 0, j  # the overload really happened
 assert j["kv_pages_used_after"] == 0, j
 PY
+# Connection age (issue 19): a server that GOAWAYs every connection after 0.2 s (grace 0.05 s,
+# so a stream still open then ends UNAVAILABLE): every sequence is released in the end, through
+# reconnects (ReleaseSequence retried on UNAVAILABLE, release_retry.h): 0 live sequences,
+# 0 pages, no release left failed. Session errors are allowed (a stream cut at the grace).
+kill "$pid"; wait "$pid" 2>/dev/null || true
+rm -f "$dir/port"
+"$server" --listen 127.0.0.1:0 --port-file "$dir/port" --log-level warn --metrics-address "" \
+  --max-connection-age-s 0.2 --max-connection-age-grace-s 0.05 2>"$dir/server3.log" &
+pid=$!
+for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
+for api in stream extend; do
+  "$loadgen" --target "127.0.0.1:$(cat "$dir/port")" --layers 2 --heads 4 --kv-heads 2 \
+    --head-dim 16 --verify-fraction 0 --quiet --workload session --decode-api "$api" \
+    --requests 40 --concurrency 4 --dtype fp32 --token-scale 0.02 --max-gen 32 \
+    --check-kv-released --json "$dir/age_$api.json" >"$dir/age_$api.txt" || true
+  python3 - "$dir/age_$api.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["sessions"] == 40, j
+assert j["sequences_after"] == 0 and j["kv_pages_used_after"] == 0, j
+assert j["releases_failed"] == 0 and "ReleaseSequence" not in str(j["first_error_messages"]), j
+PY
+done
 echo PASS

@@ -360,3 +360,39 @@ def test_client_side_errors_carry_their_status_code(client):
     assert str(e.value).startswith("INVALID_ARGUMENT: ")
     assert errors.Internal("x").code == grpc.StatusCode.INTERNAL
     assert errors.NotFound("x", grpc.StatusCode.NOT_FOUND, "Extend").method == "Extend"
+
+
+@pytest.mark.parametrize("shapes, varlen, blamed, cleared", [
+    # A rank-3 q with padded k and v: q is named (it was k, "must be rank 3 ... varlen").
+    (((6, 4, 8), (1, 5, 2, 8), (1, 5, 2, 8)), None, ["q must be rank 4 (B,T,N,H), got shape "
+                                                     "(6, 4, 8)"], ["k must", "v must"]),
+    # A padded q with packed k and v: q again, in the varlen layout the other two have.
+    (((1, 6, 4, 8), (6, 2, 8), (6, 2, 8)), None, ["q must be rank 3 (total_q,N,H)"],
+     ["k must", "v must"]),
+    # Only v off: v is named with k's layout.
+    (((1, 6, 4, 8), (1, 5, 2, 8), (5, 2, 8)), None, ["v must be rank 4 (B,S,K,H), got shape "
+                                                     "(5, 2, 8)"], ["q must", "k must"]),
+    # varlen given: every argument of the other rank is named.
+    (((1, 6, 4, 8), (1, 5, 2, 8), (1, 5, 2, 8)), True, ["q must be rank 3", "k must be rank 3",
+                                                        "v must be rank 3"], []),
+])
+def test_rank_errors_name_the_wrong_argument_and_the_layout(shapes, varlen, blamed, cleared):
+    """Client-side (before any call): the argument whose rank is wrong is the one named, with
+    its shape and the expected layout; the arguments that fit are not blamed."""
+    with AttentionClient("127.0.0.1:1") as c:
+        arrays = [np.zeros(s, np.float32) for s in shapes]
+        with pytest.raises(ac.InvalidArgument) as e:
+            c.build_request(*arrays, varlen=varlen)
+    msg = str(e.value)
+    for needle in blamed:
+        assert needle in msg, msg
+    for needle in cleared:
+        assert needle not in msg, msg
+    assert "q (B,T,N,H), k and v (B,S,K,H)" in msg and e.value.method is None, msg
+
+
+def test_empty_tensor_error_names_the_argument():
+    with AttentionClient("127.0.0.1:1") as c:
+        q, k = np.zeros((1, 3, 2, 8), np.float32), np.zeros((1, 0, 2, 8), np.float32)
+        with pytest.raises(ac.InvalidArgument, match=r"k: empty tensor of shape \(1, 0, 2, 8\)"):
+            c.build_request(q, k, np.zeros((1, 3, 2, 8), np.float32))

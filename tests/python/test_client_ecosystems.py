@@ -211,3 +211,16 @@ def test_attend_hints_at_torch_layout(client):
     with pytest.raises(ac.InvalidArgument) as e:
         client.attend(qt[:, :, :3], kt, kt)   # 3 heads over 2: no (B, N, T, H) reading fits
     assert "torch_sdpa" not in str(e.value) and "divisible" in str(e.value)
+
+
+def test_attend_hints_at_torch_layout_when_the_sequence_reads_as_too_many_heads(client):
+    """A long PyTorch (B, N, T, H) sequence read as heads passes the divisibility check but
+    exceeds the server's head limit (1024): that error names the layout and torch_sdpa too."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((1, 2, 1100, 8)).astype(np.float32)   # torch (B, N=2, T=1100, H)
+    k = rng.standard_normal((1, 2, 1100, 8)).astype(np.float32)
+    with pytest.raises(ac.InvalidArgument) as e:
+        client.attend(q, k, k)
+    msg = str(e.value)
+    assert "(num_heads): expected <= " in msg   # the server's own message is kept
+    assert "(B, T, N, H)" in msg and "torch_sdpa" in msg, msg

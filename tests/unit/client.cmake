@@ -1,8 +1,8 @@
 # Client unit tests (attention-loadgen logic): trace parsing, token scaling, percentiles,
 # fp16/bf16 encoding, the float64 oracle and the verification metric, the HDR histogram,
 # Poisson arrivals, CSV/report output (TFLOP/s under batching, rate warning, interrupt fields),
-# sweep points, backend check and failed-point CSV, the readable range checks of the flags.
-# No network.
+# sweep points, backend check and failed-point CSV, the readable range checks of the flags,
+# the ReleaseSequence retry (an in-process gRPC server). No network.
 # Included from tests/unit/CMakeLists.txt; needs the attn_loadgen target (ATTN_SERVER=ON).
 if(TARGET attn_loadgen)
   add_executable(attn_client_unit_tests
@@ -16,7 +16,8 @@ if(TARGET attn_loadgen)
     ${CMAKE_CURRENT_LIST_DIR}/client_open_loop_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_report_batching_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_session_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/client_flag_checks_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/client_flag_checks_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_release_retry_test.cc)
   target_link_libraries(attn_client_unit_tests PRIVATE attn_loadgen CLI11::CLI11
                         GTest::gtest_main)
   target_compile_definitions(attn_client_unit_tests PRIVATE

@@ -1,4 +1,4 @@
-// attention-loadgen's range checks (client/loadgen/flag_checks.h): readable messages where
+// The range checks of both binaries' flags (attn/common/cli_range.h): readable messages where
 // CLI::PositiveNumber printed DBL_MAX in full and CLI::Range "0.000000"; non-finite values left
 // to RejectNonFiniteNumbers; the same --help tags as CLI11's own validators.
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "attn/common/cli_finite.h"
-#include "loadgen/flag_checks.h"
+#include "attn/common/cli_range.h"
 
-namespace attn::loadgen {
+namespace attn {
 namespace {
 
 // Parses `args` (argv[0] added) into an app with --x checked by `v` and the finite check; returns
@@ -86,4 +86,4 @@ TEST(FlagChecks, HelpTagsAreCli11s) {
 }
 
 }  // namespace
-}  // namespace attn::loadgen
+}  // namespace attn

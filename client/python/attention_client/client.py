@@ -200,14 +200,7 @@ class AttentionClient(ExtendCalls, PackedCalls):
             wire = _t.wire_dtype(dtype)
         else:
             wire = qwire if qwire is not None else _t.natural_wire_dtype(qa)
-        if varlen is None:
-            varlen = qa.ndim == 3
-        want = 3 if varlen else 4
-        for name, a in (("q", qa), ("k", ka), ("v", va)):
-            if a.ndim != want:
-                layout = "(total,heads,H) varlen" if varlen else "(B,len,heads,H) padded"
-                raise InvalidArgument(f"{name} must be rank {want} {layout}; got shape "
-                                      f"{a.shape}", None)
+        varlen = _t.attend_layout({"q": qa.shape, "k": ka.shape, "v": va.shape}, varlen)
         if isinstance(causal, bool):
             raise InvalidArgument("causal must be None, 'top_left' or 'bottom_right' "
                                   "(not a bool: say which alignment)")
@@ -223,7 +216,8 @@ class AttentionClient(ExtendCalls, PackedCalls):
                 mask.window_right = int(right)
         req = pb.AttendRequest(
             layout=pb.LAYOUT_VARLEN if varlen else pb.LAYOUT_PADDED,
-            q=_t.encode(qa, wire), k=_t.encode(ka, wire), v=_t.encode(va, wire), mask=mask,
+            q=_t.encode(qa, wire, "q"), k=_t.encode(ka, wire, "k"), v=_t.encode(va, wire, "v"),
+            mask=mask,
             q_lengths=_lengths(q_lengths, "q_lengths"),
             kv_lengths=_lengths(kv_lengths, "kv_lengths"),
             backend=backend or "", return_lse=bool(return_lse))
@@ -238,8 +232,8 @@ class AttentionClient(ExtendCalls, PackedCalls):
 
         Shapes (JAX layout): padded q (B,T,N,H), k and v (B,S,K,H); varlen (packed)
         q (total_q,N,H), k and v (total_kv,K,H) with q_lengths/kv_lengths (B) required and
-        summing to the totals. N % K == 0 (GQA/MQA when K < N). `varlen` defaults to
-        q.ndim == 3.
+        summing to the totals. N % K == 0 (GQA/MQA when K < N). `varlen` defaults to the rank
+        that two of q, k, v have (3: varlen); an argument of another rank is named in the error.
         Inputs: numpy arrays or torch tensors. dtype on the wire: `dtype` ("float32",
         "float16", "bfloat16") if given, else q's: float32 → FLOAT32, float16 → FLOAT16,
         bfloat16 (torch or ml_dtypes) → BFLOAT16, float64 → FLOAT32. k and v are converted to

@@ -23,13 +23,18 @@ def layout_hint(err, req):
     """The server's head-count error for an AttendRequest, with a layout hint when it fits.
 
     err: the InvalidArgument Attend raised; req: the AttendRequest sent. When the request is
-    padded, the server refused N % K != 0 ("divisible by num_kv_heads") and the shapes would fit
-    PyTorch's (B, N, T, H) (q.shape[1] % k.shape[1] == 0: the head and sequence axes may be
-    swapped), returns a new InvalidArgument (same code and method) whose message adds that the
-    expected layout is (B, T, N, H) and names torch_sdpa. Otherwise returns err itself."""
+    padded, the server refused its head counts (N % K != 0, "divisible by num_kv_heads", or
+    N above the server's limit, "(num_heads): expected <=", as a long PyTorch sequence read as
+    heads is) and the shapes would fit PyTorch's (B, N, T, H) (q.shape[1] % k.shape[1] == 0: the
+    head and sequence axes may be swapped), returns a new InvalidArgument (same code and method)
+    whose message adds that the expected layout is (B, T, N, H) and names torch_sdpa. Otherwise
+    returns err itself. It never reinterprets the arrays: shapes that fit both layouts run as
+    (B, T, N, H)."""
     qs, ks = list(req.q.shape), list(req.k.shape)
+    details = err.details or ""
+    head_error = "divisible by num_kv_heads" in details or "(num_heads): expected <=" in details
     if (req.layout != pb.LAYOUT_PADDED or len(qs) != 4 or len(ks) != 4 or ks[1] <= 0
-            or qs[1] % ks[1] != 0 or "divisible by num_kv_heads" not in (err.details or "")):
+            or qs[1] % ks[1] != 0 or not head_error):
         return err
     return InvalidArgument(
         f"{err.details}. The expected layout is (B, T, N, H) for q and (B, S, K, H) for k and "

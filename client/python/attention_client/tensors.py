@@ -100,10 +100,43 @@ def round_to_bf16(a):
     return bf16_bits_to_float32(float32_to_bf16_bits(np.asarray(a, dtype=np.float32)))
 
 
-def encode(arr, dtype):
-    """numpy array → pb.Tensor of wire dtype `dtype` (pb.DType)."""
+_FORMS = {False: ("padded", {"q": "(B,T,N,H)", "k": "(B,S,K,H)", "v": "(B,S,K,H)"}),
+          True: ("varlen", {"q": "(total_q,N,H)", "k": "(total_kv,K,H)", "v": "(total_kv,K,H)"})}
+
+
+def attend_layout(shapes, varlen=None):
+    """The layout of Attend's q, k and v; raises when one has the wrong rank, naming it.
+
+    shapes: {"q": q.shape, "k": k.shape, "v": v.shape}. varlen: True (packed: q (total_q,N,H),
+    k and v (total_kv,K,H), rank 3), False (padded: q (B,T,N,H), k and v (B,S,K,H), rank 4) or
+    None: the layout whose rank at least two of the three have (so a lone q of the wrong rank is
+    the one named, not k), q's when no two agree. Returns varlen (bool). Raises InvalidArgument
+    naming each argument whose rank does not fit, with its shape and the expected layout.
+    """
+    ranks = {n: len(shapes[n]) for n in ("q", "k", "v")}
+    if varlen is None:
+        votes = list(ranks.values())
+        varlen = votes.count(3) >= 2 or (votes.count(4) < 2 and ranks["q"] == 3)
+    varlen = bool(varlen)
+    want = 3 if varlen else 4
+    wrong = [n for n in ("q", "k", "v") if ranks[n] != want]
+    if not wrong:
+        return varlen
+    name, forms = _FORMS[varlen]
+    other_name, other = _FORMS[not varlen]
+    errors = "; ".join(f"{n} must be rank {want} {forms[n]}, got shape {tuple(shapes[n])}"
+                       for n in wrong)
+    raise InvalidArgument(f"{errors} ({name} layout: q {forms['q']}, k and v {forms['k']}; "
+                          f"{other_name} has q {other['q']}, k and v {other['k']}, all rank "
+                          f"{7 - want})")
+
+
+def encode(arr, dtype, name=None):
+    """numpy array → pb.Tensor of wire dtype `dtype` (pb.DType). name: the argument ("q"),
+    named in the error for an empty array."""
     if arr.size == 0:
-        raise InvalidArgument(f"empty tensor of shape {arr.shape}: every extent must be >= 1 "
+        what = f"{name}: empty" if name else "empty"
+        raise InvalidArgument(f"{what} tensor of shape {arr.shape}: every extent must be >= 1 "
                               "(use lengths 0 for empty entries)")
     if dtype == pb.FLOAT32:
         data = np.ascontiguousarray(arr, dtype="<f4").tobytes()

@@ -1,9 +1,10 @@
-// Range checks of attention-loadgen's numeric flags with messages people can read:
-// "--rate: must be > 0, got 0" where CLI::PositiveNumber printed "Value 0 not in range 0.000000
-// to 1797693134862315708145274237317...". Their --help tags are CLI11's own (POSITIVE,
-// NONNEGATIVE, "INT in [1 - 4096]"), so the help screen is unchanged.
+// Range checks of numeric command-line flags (attention-server's and attention-loadgen's) with
+// messages people can read: "--rate: must be > 0, got 0" where CLI::PositiveNumber printed
+// "Value 0 not in range 0.000000 to 1797693134862315708145274237317..." and CLI::Range
+// "Value -1 not in range 0.000000 to 1000000000.000000". Their --help tags are CLI11's own
+// (POSITIVE, NONNEGATIVE, "INT in [1 - 4096]"), so the help screen is unchanged.
 // Non-finite values (nan, inf) pass these checks: RejectNonFiniteNumbers (attn/common/cli_finite.h)
-// refuses them with its own message. Header-only (CLI11).
+// refuses them with its own message. Header-only; needs CLI11 on the include path.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,18 +15,18 @@
 #include <string>
 #include <type_traits>
 
-namespace attn::loadgen {
+namespace attn {
 
-namespace flag_checks_internal {
+namespace cli_range_internal {
 
-/// `x` as a person writes it: integers in full, other numbers with %g.
+/// `x` as a person writes it: integers in full, other numbers with %.15g (2592000, 1e+18, 0.01).
 template <typename T>
 std::string Show(T x) {
   if constexpr (std::is_integral_v<T>) {
     return std::to_string(x);
   } else {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(x));
+    std::snprintf(buf, sizeof(buf), "%.15g", static_cast<double>(x));
     return buf;
   }
 }
@@ -59,16 +60,16 @@ CLI::Validator Check(std::string rule, std::string description, Ok ok) {
   return v;
 }
 
-}  // namespace flag_checks_internal
+}  // namespace cli_range_internal
 
 /// Value > 0 ("must be > 0, got 0"). --help tag POSITIVE.
 inline CLI::Validator Positive() {
-  return flag_checks_internal::Check<double>("> 0", "POSITIVE", [](double x) { return x > 0; });
+  return cli_range_internal::Check<double>("> 0", "POSITIVE", [](double x) { return x > 0; });
 }
 
 /// Value >= 0 ("must be >= 0, got -1"). --help tag NONNEGATIVE.
 inline CLI::Validator NonNegative() {
-  return flag_checks_internal::Check<double>(">= 0", "NONNEGATIVE",
+  return cli_range_internal::Check<double>(">= 0", "NONNEGATIVE",
                                              [](double x) { return x >= 0; });
 }
 
@@ -79,9 +80,9 @@ CLI::Validator InRange(T lo, T hi) {
   std::ostringstream tag;
   tag << CLI::detail::type_name<T>() << " in [" << lo << " - " << hi << "]";
   const std::string rule =
-      "in [" + flag_checks_internal::Show(lo) + ", " + flag_checks_internal::Show(hi) + "]";
-  return flag_checks_internal::Check<T>(rule, tag.str(),
+      "in [" + cli_range_internal::Show(lo) + ", " + cli_range_internal::Show(hi) + "]";
+  return cli_range_internal::Check<T>(rule, tag.str(),
                                         [lo, hi](T x) { return x >= lo && x <= hi; });
 }
 
-}  // namespace attn::loadgen
+}  // namespace attn
