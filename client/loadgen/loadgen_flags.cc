@@ -41,13 +41,24 @@ void AddSessionFlags(CLI::App& app, SessionOptions* session) {
       ->capture_default_str();
   app.add_option("--decode-api", session->decode_api,
                  "session/mooncake: decode steps through extend (unary Extend), batch "
-                 "(ExtendBatch over up to --batch-sessions sessions of a worker; session only) "
+                 "(ExtendBatch over up to --batch-sessions sessions of a worker, one sub-message "
+                 "per step; session only), packed (the same as one packed ExtendBatch: one q, k, "
+                 "v tensor, one o; session only), packed-stream (packed batches on one "
+                 "ExtendBatchStream, --batches-in-flight micro-batches in flight; session only) "
                  "or stream (one ExtendStream per session, per-message latency)")
-      ->check(CLI::IsMember({"extend", "batch", "stream"}))
+      ->check(CLI::IsMember({"extend", "batch", "stream", "packed", "packed-stream"}))
       ->capture_default_str();
   app.add_option("--batch-sessions", session->batch_sessions,
-                 "session, --decode-api batch: concurrent sessions per worker decoded together")
+                 "session, --decode-api batch/packed/packed-stream: concurrent sessions per "
+                 "worker decoded together")
       ->check(InRange(1, 4096))
+      ->capture_default_str();
+  app.add_option("--batches-in-flight", session->batches_in_flight,
+                 "session, --decode-api packed-stream: the group is split into this many "
+                 "micro-batches, all in flight on its stream (each one's next layer is sent as "
+                 "soon as its previous layer's reply arrives); keep it <= the server's "
+                 "--max-batches-in-flight")
+      ->check(InRange(1, 64))
       ->capture_default_str();
   app.add_option("--gen-scale", session->gen_scale,
                  "session/mooncake: multiply the trace's generated tokens by this (rounded)")

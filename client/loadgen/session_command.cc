@@ -24,7 +24,7 @@ int RunSessionCommand(const SessionCommand& c) {
   const std::string& csv_path = c.csv_path;
   const std::string& json_path = c.json_path;
   const bool fail_on_error = c.fail_on_error;
-  if (workload == "mooncake" && session.decode_api == "batch") {
+  if (workload == "mooncake" && session.decode_api != "extend" && session.decode_api != "stream") {
     std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
     return kExitCannotStart;
   }
@@ -82,7 +82,10 @@ int RunSessionCommand(const SessionCommand& c) {
   report.decode_api = session.decode_api;
   report.concurrency = run.concurrency;
   report.layers = session.layers;
-  report.batch_sessions = session.decode_api == "batch" ? session.batch_sessions : 0;
+  const bool grouped = session.decode_api == "batch" || session.decode_api == "packed" ||
+                       session.decode_api == "packed-stream";
+  report.batch_sessions = grouped ? session.batch_sessions : 0;
+  report.batches_in_flight = session.decode_api == "packed-stream" ? session.batches_in_flight : 0;
   report.verify_fraction = run.verify_fraction;
   report.planned = count;
   report.interrupted_by = Interrupt::SignalName();

@@ -1,7 +1,9 @@
-// SessionRunner's decode APIs (--decode-api): extend (one unary Extend per token and layer),
-// stream (one ExtendStream per session, per-message latency) and batch (groups of up to
-// --batch-sessions sessions decoded in lockstep, one ExtendBatch per step and layer).
+// SessionRunner's per-step decode APIs (--decode-api): extend (one unary Extend per token and
+// layer), stream (one ExtendStream per session, per-message latency) and batch (groups of up to
+// --batch-sessions sessions decoded in lockstep, one ExtendBatch per step and layer, a
+// sub-message per step); the group loop also runs the packed APIs (session_packed.cc).
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -103,14 +105,20 @@ std::vector<LiveSession> SessionRunner::OpenGroup(Stub* stub, SessionStats* st) 
   return group;
 }
 
-// Groups of up to --batch-sessions sessions decoded in lockstep, one ExtendBatch per step and
-// layer holding every session still generating.
+// Groups of up to --batch-sessions sessions decoded in lockstep, one ExtendBatch (per-step or
+// packed) per step and layer holding every session still generating, or (packed-stream) one
+// ExtendBatchStream per group carrying every step's micro-batches.
 void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
   for (;;) {
     std::vector<LiveSession> group = OpenGroup(stub, st);
     if (group.empty()) return;
     int64_t max_gen = 0;
     for (const auto& s : group) max_gen = std::max(max_gen, s.plan.generated_tokens);
+    grpc::ClientContext ctx;
+    const Interrupt::ScopedCall cancellable(&ctx);
+    Deadline(&ctx);
+    std::unique_ptr<BatchStream> stream;
+    if (o_.decode_api == "packed-stream" && max_gen > 0) stream = stub->ExtendBatchStream(&ctx);
     for (int64_t step = 0; step < max_gen; ++step) {
       std::vector<LiveSession*> active;
       for (auto& s : group) {
@@ -124,13 +132,31 @@ void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
         }
         break;
       }
-      BatchStep(stub, std::move(active), step, st);
+      if (!GroupStep(stub, stream.get(), std::move(active), step, st)) break;
+    }
+    if (stream) {
+      stream->WritesDone();
+      const grpc::Status status = stream->Finish();
+      if (!status.ok() && !Interrupt::Requested()) {
+        st->Error(status.error_code(), "ExtendBatchStream", status.error_message());
+      }
     }
     for (auto& s : group) {
       ReleaseSeq(stub, s.id, st);
       if (!s.failed) ++st->sessions_ok;
     }
   }
+}
+
+bool SessionRunner::GroupStep(Stub* stub, BatchStream* stream, std::vector<LiveSession*> active,
+                              int64_t step, SessionStats* st) {
+  if (stream != nullptr) return PackedStreamStep(stream, std::move(active), step, st);
+  if (o_.decode_api == "packed") {
+    PackedStep(stub, std::move(active), step, st);
+  } else {
+    BatchStep(stub, std::move(active), step, st);
+  }
+  return true;
 }
 
 // Decode step `step` of every session in `active` through every layer, one ExtendBatch per
@@ -177,15 +203,7 @@ void SessionRunner::BatchStep(Stub* stub, std::vector<LiveSession*> active, int6
       }
     }
   }
-  const auto done = Clock::now();
-  const int64_t us = SessionMicros(done - t0);
-  for (LiveSession* s : active) {
-    if (s->failed) continue;
-    st->step_us.Record(us);
-    st->step_done_us.push_back(st->Since(done));
-    ++st->decode_steps;
-    if (step + 1 == s->plan.generated_tokens) st->decode_end_us.push_back(st->Since(done));
-  }
+  FinishGroupStep(active, step, Clock::now() - t0, st);
 }
 
 }  // namespace attn::loadgen

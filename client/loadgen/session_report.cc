@@ -46,8 +46,11 @@ std::string FormatSessionReport(const SessionReport& r) {
       << "workload               " << r.workload << "\n"
       << "shape                  " << r.shape << " layers=" << r.layers << "\n"
       << "decode api             " << r.decode_api
-      << (r.decode_api == "batch" ? " (up to " + std::to_string(r.batch_sessions) + " sessions)"
-                                  : "")
+      << (r.batch_sessions > 0 ? " (up to " + std::to_string(r.batch_sessions) + " sessions)"
+                               : "")
+      << (r.batches_in_flight > 0
+              ? ", " + std::to_string(r.batches_in_flight) + " micro-batches in flight"
+              : "")
       << "\n"
       << "concurrency            " << r.concurrency << "\n";
   if (!r.stop_reason.empty()) out << "stopped                " << r.stop_reason << "\n";
@@ -71,7 +74,7 @@ std::string FormatSessionReport(const SessionReport& r) {
   }
   out << LatencyLine("prefill latency", r.prefill_ms)
       << LatencyLine("decode step latency", r.step_ms);
-  if (r.message_ms.count > 0) out << LatencyLine("stream message latency", r.message_ms);
+  if (r.message_ms.count > 0) out << LatencyLine("message latency", r.message_ms);
   if (r.server_batch_size.count > 0) {
     out << "server batch size      mean " << Fmt(r.server_batch_size.mean, 2) << "  p50 "
         << Fmt(r.server_batch_size.p50, 0) << "  p99 " << Fmt(r.server_batch_size.p99, 0)

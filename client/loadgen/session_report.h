@@ -25,6 +25,7 @@ struct SessionReport {
   int concurrency = 1;
   int layers = 1;
   int batch_sessions = 0;
+  int batches_in_flight = 0;  ///< packed-stream: micro-batches in flight (0: other APIs)
   double verify_fraction = 0;
   double wall_s = 0;
   int64_t sessions = 0;      // started

@@ -20,6 +20,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["layers"] = r.layers;
   j["decode_api"] = r.decode_api;
   j["batch_sessions"] = r.batch_sessions;
+  j["batches_in_flight"] = r.batches_in_flight;
   j["concurrency"] = r.concurrency;
   j["verify_fraction"] = r.verify_fraction;
   j["wall_s"] = r.wall_s;
@@ -38,6 +39,9 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["steady_decode_steps_per_s"] = r.steady_decode_steps_per_s;
   j["prefill_latency_ms"] = LatencyJson(r.prefill_ms);
   j["decode_step_latency_ms"] = LatencyJson(r.step_ms);
+  // One stream message's or one packed call's write → reply (ExtendStream, packed,
+  // packed-stream); the old key is kept for scripts that read it.
+  j["message_latency_ms"] = LatencyJson(r.message_ms);
   j["stream_message_latency_ms"] = LatencyJson(r.message_ms);
   j["server_batch_size"] = LatencyJson(r.server_batch_size);
   j["server_queue_ms"] = LatencyJson(r.server_queue_ms);

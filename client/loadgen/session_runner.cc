@@ -215,7 +215,7 @@ void SessionRunner::Work(SessionStats* st) {
     for (int64_t i; (i = Claim()) >= 0;) Mooncake(stub.get(), i, st);
     return;
   }
-  if (o_.decode_api == "batch") {
+  if (o_.decode_api == "batch" || o_.decode_api == "packed" || o_.decode_api == "packed-stream") {
     WorkBatch(stub.get(), st);
     return;
   }

@@ -1,7 +1,8 @@
 // SessionRunner: runs a session or mooncake workload (session_workload.h) on --concurrency
 // workers, each with its own channel and SessionStats. session_runner.cc holds the run, the
 // sequence lifecycle (create, prefill, release, fork) and the mooncake replay;
-// session_decode.cc the three decode APIs (Extend, ExtendStream, ExtendBatch).
+// session_decode.cc the per-step decode APIs (Extend, ExtendStream, ExtendBatch);
+// session_packed.cc the packed ones (packed ExtendBatch, ExtendBatchStream).
 // Internal to attn_loadgen: callers use RunSessions.
 #pragma once
 
@@ -45,6 +46,8 @@ class SessionRunner {
 
  private:
   using Stub = attention::v1::SequenceService::Stub;
+  using BatchStream = grpc::ClientReaderWriter<attention::v1::ExtendBatchRequest,
+                                               attention::v1::ExtendBatchResponse>;
 
   // --- session_runner.cc: the run and the sequence lifecycle.
   std::shared_ptr<grpc::Channel> Channel() const;
@@ -70,6 +73,24 @@ class SessionRunner {
   void WorkBatch(Stub* stub, SessionStats* st);
   std::vector<LiveSession> OpenGroup(Stub* stub, SessionStats* st);
   void BatchStep(Stub* stub, std::vector<LiveSession*> active, int64_t step, SessionStats* st);
+  /// One group decode step over `stream` (packed-stream); false when the stream broke.
+  bool GroupStep(Stub* stub, BatchStream* stream, std::vector<LiveSession*> active, int64_t step,
+                 SessionStats* st);
+
+  // --- session_packed.cc: the packed decode APIs (packed, packed-stream).
+  /// `req` := the packed ExtendBatch of one decode step of `sessions` on `layer`.
+  void BuildPacked(const std::vector<LiveSession*>& sessions, int layer, int64_t step,
+                   attention::v1::ExtendBatchRequest* req) const;
+  /// Takes a packed reply for `sent`: per-step errors, the batch's report, verification.
+  /// False (every session of `sent` failed) when the reply itself is an error or malformed.
+  bool TakePacked(const std::vector<LiveSession*>& sent, int layer, int64_t step,
+                  const attention::v1::ExtendBatchResponse& resp, const char* method,
+                  SessionStats* st);
+  void PackedStep(Stub* stub, std::vector<LiveSession*> active, int64_t step, SessionStats* st);
+  bool PackedStreamStep(BatchStream* stream, std::vector<LiveSession*> active, int64_t step,
+                        SessionStats* st);
+  void FinishGroupStep(const std::vector<LiveSession*>& active, int64_t step,
+                       SessionClock::duration took, SessionStats* st);
 
   const SessionOptions& o_;
   const std::vector<SessionPlan>& plans_;

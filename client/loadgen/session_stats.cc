@@ -29,11 +29,11 @@ void SessionStats::Check(const Comparison& c, const std::string& where) {
   }
 }
 
-void SessionStats::Server(const av1::ExtendResponse& r) {
-  server_batch.Record(std::max<int64_t>(r.report().batch_size(), 0));
-  server_queue_us.Record(std::max<int64_t>(r.report().times().queue_us(), 0));
-  server_total_us.Record(std::max<int64_t>(r.report().times().total_us(), 0));
-  const auto& t = r.report().times();
+void SessionStats::Server(const av1::ExecutionReport& report) {
+  server_batch.Record(std::max<int64_t>(report.batch_size(), 0));
+  server_queue_us.Record(std::max<int64_t>(report.times().queue_us(), 0));
+  server_total_us.Record(std::max<int64_t>(report.times().total_us(), 0));
+  const auto& t = report.times();
   if (t.batch_us() > 0) {
     server_batch_us.Record(t.batch_us());
     server_batch_kernel_us.Record(std::max<int64_t>(t.batch_kernel_us(), 0));

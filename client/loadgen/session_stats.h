@@ -53,7 +53,9 @@ struct SessionStats {
   /// Counts a verified output; keeps the worst finite error and the first mismatch.
   void Check(const Comparison& c, const std::string& where);
   /// Records an OK step's ExecutionReport (batch size, queue, total, batch and copy times).
-  void Server(const attention::v1::ExtendResponse& r);
+  void Server(const attention::v1::ExtendResponse& r) { Server(r.report()); }
+  /// The same from a report alone (a packed batch's one report).
+  void Server(const attention::v1::ExecutionReport& report);
   /// Adds another worker's measurements.
   void Merge(const SessionStats& o);
 };

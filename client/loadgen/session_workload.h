@@ -51,9 +51,10 @@ inline int64_t DecodePosition(const SessionPlan& plan, int64_t step) {
 struct SessionOptions {
   RunOptions run;
   std::string workload = "session";   // session | mooncake
-  std::string decode_api = "extend";  // extend | batch | stream
+  std::string decode_api = "extend";  // extend | batch | stream | packed | packed-stream
   int layers = 1;
   int batch_sessions = 8;
+  int batches_in_flight = 2;  // packed-stream: micro-batches of a group in flight
   double gen_scale = 1.0;
   int64_t max_gen = 64;
   TokenScaling scaling;
