@@ -33,7 +33,8 @@ import sys
 SCANNED_TOPS = ("server", "client")
 CXX_SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
 PY_SUFFIXES = (".py",)
-SKIPPED_DIRS = {"__pycache__", "build", "data"}
+# _pb: protoc/grpcio-tools output (client/python/attention_client/_pb), generated, not written.
+SKIPPED_DIRS = {"__pycache__", "build", "data", "_pb"}
 SCOPE_RE = re.compile(r'^\s*(template\s*<[^{]*>\s*)?(namespace|class|struct|union|extern)\b')
 ENUM_RE = re.compile(r'^\s*(typedef\s+)?enum\b')
 
