@@ -16,9 +16,9 @@ for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
 target="127.0.0.1:$(cat "$dir/port")"
 common=(--target "$target" --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --verify-fraction 1
         --quiet --check-kv-released --fail-on-error)
-for api in extend batch stream; do
+for api in extend batch stream packed packed-stream; do
   "$loadgen" "${common[@]}" --workload session --decode-api "$api" --requests 6 --concurrency 2 \
-    --batch-sessions 3 --dtype fp32 --token-scale 0.02 --max-gen 4 --json "$dir/$api.json" \
+    --batch-sessions 3 --batches-in-flight 2 --dtype fp32 --token-scale 0.02 --max-gen 4 --json "$dir/$api.json" \
     | tee "$dir/$api.txt"
   python3 - "$dir/$api.json" <<'PY'
 import json, sys
@@ -32,6 +32,14 @@ assert j["server_batch_size"]["count"] >= j["decode_steps"] > 0, j
 assert j["server_batch_size"]["p50"] >= 1 and j["server_queue_ms"]["count"] > 0, j
 if j["decode_api"] == "stream":
     assert j["stream_message_latency_ms"]["count"] == 2 * j["decode_steps"], j
+# Packed calls and packed-stream messages are timed one by one (write -> reply), one per layer
+# and (micro-)batch; the packed batch's one report is recorded once per call (beside the
+# prefills' reports, one per unary Extend).
+if j["decode_api"].startswith("packed"):
+    assert j["message_latency_ms"]["count"] >= 2, j
+    assert j["server_batch_size"]["count"] >= j["message_latency_ms"]["count"], j
+if j["decode_api"] == "packed-stream":
+    assert j["batches_in_flight"] == 2, j
 PY
 done
 "$loadgen" "${common[@]}" --workload mooncake --requests 16 --concurrency 2 --dtype bf16 \
