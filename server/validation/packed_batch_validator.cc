@@ -177,8 +177,8 @@ RegionResolver RefuseRegions() {
   return [](const char *field, const pb::RegionSlice &slice, uint64_t, bool) -> StatusOr<void *> {
     return InvalidArgument(std::string("shared-memory regions: packed.") + field + " names region \"" +
                            Utf8SafeEcho(slice.region_id(), 64) +
-                           "\", but this server serves no SharedMemoryLease, so no region can be "
-                           "registered; send the tensor's bytes in its data field instead");
+                           "\", but regions are not accepted here; send the tensor's bytes in its "
+                           "data field instead");
   };
 }
 

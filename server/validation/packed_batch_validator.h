@@ -31,9 +31,9 @@ using RegionResolver = std::function<StatusOr<void *>(
     const char *field, const attention::v1::RegionSlice &slice, uint64_t expected_bytes,
     bool writable)>;
 
-/// The resolver used while the server has no shared-memory registry: refuses every region field
-/// with INVALID_ARGUMENT "shared-memory regions: ..." (the field needs a region registered with
-/// SharedMemoryLease, which this server does not serve yet).
+/// A resolver for validation that takes inline bytes only (the validator's tests; the service
+/// resolves regions through service/call_regions instead): refuses every region field with
+/// INVALID_ARGUMENT "shared-memory regions: ...".
 RegionResolver RefuseRegions();
 
 /// A validated packed batch. Every step's ExtendArgs aliases its rows of the batch's tensors

@@ -134,7 +134,9 @@ class SequenceServiceServicer(object):
         error (what would fail a unary ExtendBatch, or a message that does not parse) is that
         response's code and message, and the stream goes on. The server works on at most
         --max-batches-in-flight requests of one stream at a time (default 4) and reads the next
-        one when one completes. The stream ends as ExtendStream does.
+        one when one completes. Requests in flight together may reach a sequence's lock in either
+        order: keep two in-flight requests off the same sequence and layer (their positions would
+        race to FAILED_PRECONDITION). The stream ends as ExtendStream does.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
