@@ -7,7 +7,10 @@
 #             read of its result), STEPS1 (1000) steps;
 #   extend1   the same through unary Extend (decode step latency = one call);
 #   batch64   one worker decoding 64 sequences together through ExtendBatch (one call per step
-#             of all 64), STEPS64 (64) steps;
+#             of all 64, a sub-message per step), STEPS64 (64) steps;
+#   packed64  the same as one packed ExtendBatch per step (one q, k, v tensor; one o);
+#   pstream64 the same on one ExtendBatchStream, the 64 split into 2 micro-batches in flight
+#             (message = one micro-batch's write to its reply);
 # plus an empty-call floor (C++ tiny Attend: one query token, one key; frontend_measure.py).
 # Writes ${OUT:-out}/path-<transport>-<case>-<i>.json (the loadgen's --json), their server logs
 # and path-summary.json: per case the median over the repeats of message p50/p99, server
@@ -25,7 +28,7 @@ REPEATS=${REPEATS:-3}
 STEPS1=${STEPS1:-1000}
 STEPS64=${STEPS64:-64}
 TRANSPORTS=${TRANSPORTS:-tcp unix}
-CASES=${CASES:-stream1 extend1 batch64}
+CASES=${CASES:-stream1 extend1 batch64 packed64 pstream64}
 shape=(--layers 1 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --fixed-tokens 4096
   --verify-fraction 0 --check-kv-released --fail-on-error --quiet)
 for transport in $TRANSPORTS; do
@@ -49,6 +52,10 @@ for transport in $TRANSPORTS; do
         extend1) args=(--decode-api extend --requests 1 --concurrency 1 --max-gen "$STEPS1") ;;
         batch64) args=(--decode-api batch --batch-sessions 64 --requests 64 --concurrency 1
           --max-gen "$STEPS64") ;;
+        packed64) args=(--decode-api packed --batch-sessions 64 --requests 64 --concurrency 1
+          --max-gen "$STEPS64") ;;
+        pstream64) args=(--decode-api packed-stream --batches-in-flight 2 --batch-sessions 64
+          --requests 64 --concurrency 1 --max-gen "$STEPS64") ;;
       esac
       timeout 120 "$b" attention-loadgen --target "$target" --workload session "${shape[@]}" \
         "${args[@]}" --json "$out/path-$transport-$case-$i.json" \
@@ -78,7 +85,11 @@ for name in sorted(os.listdir(out)):
             pass
     if not runs:
         continue
-    msg_key = "stream_message_latency_ms" if "stream1" in stem else "decode_step_latency_ms"
+    # stream1 and the packed cases time each message/call; extend1 and batch64 one call per step
+    # (one layer), their decode step latency.
+    msg_key = ("stream_message_latency_ms" if "stream1" in stem else
+               "message_latency_ms" if ("packed64" in stem or "pstream64" in stem) else
+               "decode_step_latency_ms")
     row = {"runs": len(runs)}
     for label, key, q in (("message_p50_ms", msg_key, "p50"), ("message_p99_ms", msg_key, "p99"),
                           ("server_total_p50_ms", "server_total_ms", "p50"),
