@@ -17,7 +17,8 @@
 # time p50 and the batch kernel time p50 (ms). No output is verified (--verify-fraction 0):
 # scripts/gpu_sessions_check.sh verifies the same path against float64.
 # Usage: OUT=out bash scripts/gpu_path_bench.sh   (TRANSPORTS="tcp unix" CASES="stream1 extend1
-# batch64" REPEATS=3; RUN and KV_DEVICE=cpu for a CPU try). Wall time on an H200: ~2-3 min.
+# batch64" REPEATS=3; RUN and KV_DEVICE=cpu for a CPU try; SERVER_ARGS: extra server flags, e.g.
+# "--kv-cuda-graphs off"). Wall time on an H200: ~2-3 min.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -34,8 +35,9 @@ shape=(--layers 1 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --fixed-to
 for transport in $TRANSPORTS; do
   dir=$(mktemp -d)
   if [ "$transport" = unix ]; then listen="unix:$dir/attn.sock"; else listen=127.0.0.1:0; fi
+  # shellcheck disable=SC2086  # SERVER_ARGS is a list of flags
   "$b" attention-server --listen "$listen" --port-file "$dir/port" --kv-device "$KV_DEVICE" \
-    --kv-cache-bytes $((8 << 30)) --log-level info --max-queue-requests 4096 \
+    --kv-cache-bytes $((8 << 30)) --log-level info --max-queue-requests 4096 ${SERVER_ARGS:-} \
     2>"$out/path-$transport-server.log" &
   pid=$!
   for _ in $(seq 1 300); do [ -s "$dir/port" ] || [ -S "$dir/attn.sock" ] && break; sleep 0.1; done

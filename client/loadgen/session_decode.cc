@@ -24,7 +24,9 @@ bool SessionRunner::Decode(Stub* stub, LiveSession* s, SessionStats* st) {
     if (Cut(st)) return false;
     const auto t0 = Clock::now();
     for (int layer = 0; layer < o_.layers; ++layer) {
-      if (!ExtendUnary(stub, s, layer, DecodePosition(s->plan, step), 1, st)) return false;
+      if (!ExtendUnary(stub, s, layer, DecodePosition(s->plan, step), 1, /*prefill=*/false, st)) {
+        return false;
+      }
     }
     st->step_us.Record(SessionMicros(Clock::now() - t0));
     st->step_done_us.push_back(st->Since(Clock::now()));

@@ -83,6 +83,9 @@ std::string FormatSessionReport(const SessionReport& r) {
     out << LatencyLine("server queue time", r.server_queue_ms)
         << LatencyLine("server time/step", r.server_total_ms);
   }
+  if (r.prefill_server_total_ms.count > 0) {
+    out << LatencyLine("server time/prefill", r.prefill_server_total_ms);
+  }
   if (r.server_batch_ms.count > 0) {
     out << LatencyLine("server batch wall", r.server_batch_ms)
         << LatencyLine("server batch kernels", r.server_batch_kernel_ms)

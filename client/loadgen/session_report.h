@@ -57,6 +57,9 @@ struct SessionReport {
   LatencySummary server_batch_kernel_ms;
   LatencySummary server_overhead_ms;
   LatencySummary server_copy_ms;  // host->device + device->host copy time of the step's launches
+  // The server_* summaries above are of decode steps; this one of the prefill calls (one per
+  // layer and session): ExecutionReport total_us.
+  LatencySummary prefill_server_total_ms;
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_messages;
   int64_t verified = 0;  // outputs checked against the oracle

@@ -50,6 +50,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["server_batch_kernel_ms"] = LatencyJson(r.server_batch_kernel_ms);
   j["server_overhead_ms"] = LatencyJson(r.server_overhead_ms);
   j["server_copy_ms"] = LatencyJson(r.server_copy_ms);
+  j["prefill_server_total_ms"] = LatencyJson(r.prefill_server_total_ms);
   j["errors"] = r.errors;
   j["first_error_messages"] = r.first_messages;
   j["verified"] = r.verified;

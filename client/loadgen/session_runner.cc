@@ -154,7 +154,7 @@ bool SessionRunner::Create(Stub* stub, int64_t reserve, std::string* id, Session
 
 // One unary Extend of `t` tokens at `position` on `layer` (verified when sampled).
 bool SessionRunner::ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t position, int64_t t,
-                                SessionStats* st) {
+                                bool prefill, SessionStats* st) {
   av1::ExtendRequest req;
   BuildExtend(shape_, s->id, layer, position, t, s->key, &req);
   grpc::ClientContext ctx;
@@ -166,7 +166,7 @@ bool SessionRunner::ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t p
     st->Error(status.error_code(), "Extend", status.error_message());
     return false;
   }
-  st->Server(resp);
+  st->Server(resp, prefill);
   if (s->verify) {
     st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp),
               "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
@@ -179,7 +179,9 @@ bool SessionRunner::ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t p
 bool SessionRunner::Prefill(Stub* stub, LiveSession* s, int64_t from, SessionStats* st) {
   for (int layer = 0; layer < o_.layers; ++layer) {
     if (Cut(st)) return false;
-    if (!ExtendUnary(stub, s, layer, from, s->plan.context_tokens - from, st)) return false;
+    if (!ExtendUnary(stub, s, layer, from, s->plan.context_tokens - from, /*prefill=*/true, st)) {
+      return false;
+    }
   }
   st->prefill_tokens += s->plan.context_tokens - from;
   return true;

@@ -57,7 +57,7 @@ class SessionRunner {
   void CheckKvReleased(SessionReport* r) const;
   void ReleaseSeq(Stub* stub, const std::string& id, SessionStats* st);
   bool Create(Stub* stub, int64_t reserve, std::string* id, SessionStats* st);
-  bool ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t position, int64_t t,
+  bool ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t position, int64_t t, bool prefill,
                    SessionStats* st);
   bool Prefill(Stub* stub, LiveSession* s, int64_t from, SessionStats* st);
   LiveSession MakeSession(int64_t index);

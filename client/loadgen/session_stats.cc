@@ -29,7 +29,11 @@ void SessionStats::Check(const Comparison& c, const std::string& where) {
   }
 }
 
-void SessionStats::Server(const av1::ExecutionReport& report) {
+void SessionStats::Server(const av1::ExecutionReport& report, bool prefill) {
+  if (prefill) {
+    prefill_server_total_us.Record(std::max<int64_t>(report.times().total_us(), 0));
+    return;
+  }
   server_batch.Record(std::max<int64_t>(report.batch_size(), 0));
   server_queue_us.Record(std::max<int64_t>(report.times().queue_us(), 0));
   server_total_us.Record(std::max<int64_t>(report.times().total_us(), 0));
@@ -59,6 +63,7 @@ void SessionStats::Merge(const SessionStats& o) {
   server_batch_kernel_us.Merge(o.server_batch_kernel_us);
   server_overhead_us.Merge(o.server_overhead_us);
   server_copy_us.Merge(o.server_copy_us);
+  prefill_server_total_us.Merge(o.prefill_server_total_us);
   step_done_us.insert(step_done_us.end(), o.step_done_us.begin(), o.step_done_us.end());
   prefill_done_us.insert(prefill_done_us.end(), o.prefill_done_us.begin(), o.prefill_done_us.end());
   decode_end_us.insert(decode_end_us.end(), o.decode_end_us.begin(), o.decode_end_us.end());
@@ -106,6 +111,7 @@ void FillSessionReport(const SessionStats& all, double wall, SessionReport* r) {
   r->server_batch_kernel_ms = Summarize(all.server_batch_kernel_us);
   r->server_overhead_ms = Summarize(all.server_overhead_us);
   r->server_copy_ms = Summarize(all.server_copy_us);
+  r->prefill_server_total_ms = Summarize(all.prefill_server_total_us);
   r->errors = all.errors;
   r->first_messages = all.first_messages;
   r->verified = all.verified;

@@ -33,6 +33,11 @@ struct SessionStats {
   // Batched steps: the batch's wall time, its kernels' device time and the difference (the
   // server's own time per batched step), PhaseTimes.batch_us / batch_kernel_us.
   HdrHistogram server_batch_us, server_batch_kernel_us, server_overhead_us, server_copy_us;
+  // The server_* histograms above hold decode steps only; a prefill's report (one per layer and
+  // session, thousands of tokens) goes here, so that the decode percentiles are not a mix of
+  // both (one packed report per 64 decode steps against 64 prefill reports put the "decode"
+  // p50 among the prefills).
+  HdrHistogram prefill_server_total_us;
   // Steady-state decode window (µs since the run's start): when each decode step completed,
   // when each session's prefill completed, when each session's decoding ended.
   SessionClock::time_point start;
@@ -52,10 +57,13 @@ struct SessionStats {
   void Error(grpc::StatusCode code, const std::string& where, const std::string& message);
   /// Counts a verified output; keeps the worst finite error and the first mismatch.
   void Check(const Comparison& c, const std::string& where);
-  /// Records an OK step's ExecutionReport (batch size, queue, total, batch and copy times).
-  void Server(const attention::v1::ExtendResponse& r) { Server(r.report()); }
+  /// Records an OK decode step's ExecutionReport (batch size, queue, total, batch and copy
+  /// times); a prefill's (`prefill`) goes to prefill_server_total_us only.
+  void Server(const attention::v1::ExtendResponse& r, bool prefill = false) {
+    Server(r.report(), prefill);
+  }
   /// The same from a report alone (a packed batch's one report).
-  void Server(const attention::v1::ExecutionReport& report);
+  void Server(const attention::v1::ExecutionReport& report, bool prefill = false);
   /// Adds another worker's measurements.
   void Merge(const SessionStats& o);
 };

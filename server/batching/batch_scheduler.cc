@@ -38,10 +38,26 @@ Status BatchScheduler::Enqueue(std::unique_ptr<BatchItem>* item) {
   return s;
 }
 
+bool BatchScheduler::InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items) const {
+  if (options_.inline_max_tokens <= 0 || !queues_.empty() || stopping_ ||
+      running_ >= std::max(1, options_.threads) ||
+      static_cast<int64_t>(items.size()) > std::max<int64_t>(1, options_.policy.max_batch_requests)) {
+    return false;
+  }
+  int64_t tokens = 0;
+  std::set<std::string> keys;
+  for (const auto& item : items) {
+    tokens += item->tokens;
+    if (item->signature != items.front()->signature) return false;
+    if (!item->exclusive_key.empty() && !keys.insert(item->exclusive_key).second) return false;
+  }
+  return tokens <= options_.inline_max_tokens;
+}
+
 Status BatchScheduler::Enqueue(std::vector<std::unique_ptr<BatchItem>>* items) {
   if (items->empty()) return Status::Ok();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return Unavailable(options_.name + " queue is stopping (server shutdown)");
     const int64_t waiting = queued_requests_.load();
     const int64_t asked = static_cast<int64_t>(items->size());
@@ -51,6 +67,22 @@ Status BatchScheduler::Enqueue(std::vector<std::unique_ptr<BatchItem>>* items) {
                                std::to_string(options_.max_queued) + " (--max-queue-requests)");
     }
     const int64_t now = now_us_();
+    if (InlineOkLocked(*items)) {
+      ++running_;
+      lock.unlock();
+      std::vector<std::unique_ptr<BatchItem>> batch = std::move(*items);
+      items->clear();
+      for (auto& item : batch) item->enqueued_us = item->dequeued_us = now;
+      inline_runs_.fetch_add(1);
+      Execute(batch);
+      lock.lock();
+      --running_;
+      // Wake an executor that waits for this slot (work queued behind this run), or Stop.
+      const bool wake = (slot_waiters_ > 0 && !queues_.empty()) || stopping_;
+      lock.unlock();
+      if (wake) cv_.notify_all();
+      return Status::Ok();
+    }
     for (auto& item : *items) {
       item->enqueued_us = now;
       queued_requests_.fetch_add(1);
@@ -82,6 +114,9 @@ void BatchScheduler::Stop() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  // Inline runs still on their callers' threads finish before the scheduler may go away.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return running_ == 0; });
 }
 
 int64_t BatchScheduler::RefuseQueued(const Status& why) {
@@ -199,6 +234,13 @@ void BatchScheduler::Loop() {
       cv_.wait_for(lock, std::chrono::microseconds(wait_us));
       continue;
     }
+    if (running_ >= std::max(1, options_.threads)) {
+      // An inline run holds the last slot: wait for it (it notifies when it ends).
+      ++slot_waiters_;
+      cv_.wait(lock);
+      --slot_waiters_;
+      continue;
+    }
     const int64_t taken_at = now_us_();
     for (size_t i = 0; i < best_d.count; ++i) {
       std::unique_ptr<BatchItem> item = std::move(best->front());
@@ -209,8 +251,18 @@ void BatchScheduler::Loop() {
     }
     if (best->empty()) queues_.erase(best_it);
     const bool more = !queues_.empty();
+    ++running_;
     lock.unlock();
     if (more) cv_.notify_one();  // another thread may take the next batch
+    Execute(batch);
+    batch.clear();
+    lock.lock();
+    --running_;
+  }
+}
+
+void BatchScheduler::Execute(std::vector<std::unique_ptr<BatchItem>>& batch) {
+  {
     // Expired or cancelled work is dropped before launch, never computed.
     size_t live = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -229,8 +281,6 @@ void BatchScheduler::Loop() {
       items_run_.fetch_add(static_cast<int64_t>(batch.size()));
       executor_(batch);
     }
-    batch.clear();
-    lock.lock();
   }
 }
 

@@ -14,6 +14,13 @@
 // what they hold without waiting for their batch. The queue is bounded: Enqueue beyond
 // max_queued items is refused with RESOURCE_EXHAUSTED giving the numbers.
 //
+// Inline runs (inline_max_tokens > 0; the sequence-step batcher): an Enqueue that finds every
+// queue empty and an executor slot free, with items of one signature, no exclusive key twice and
+// at most inline_max_tokens query tokens, runs them as a batch on the caller's thread instead
+// of handing them to an executor thread: the same batch an idle executor would have taken at
+// once (max_queue_delay_us 0), without the wake-up. It counts as one of the `threads` batches
+// running, so work arriving meanwhile queues and is batched as before.
+//
 // Stop(): new work is refused (UNAVAILABLE); queued work is still run; then the threads are
 // joined. Thread-safety: all methods are thread-safe; the executor runs on scheduler threads,
 // several batches at once (one per thread).
@@ -43,6 +50,9 @@ struct BatchSchedulerOptions {
   int threads = 1;          ///< executor threads (>= 1)
   int64_t max_queued = 1024;  ///< items allowed to wait (--max-queue-requests)
   std::string name = "batch";  ///< for logs and error messages, e.g. "Attend"
+  /// > 0: small work that finds the scheduler idle runs on the caller's thread (see the file
+  /// comment) when it holds at most this many query tokens; 0: never (always a hand-off).
+  int64_t inline_max_tokens = 0;
 };
 
 /// Runs one batch: every item is live (not cancelled, not expired) and compatible; the
@@ -66,7 +76,8 @@ class BatchScheduler {
   Status Enqueue(std::unique_ptr<BatchItem>* item);
   /// Wakes a thread to drop cancelled/expired items now (e.g. from OnCancel).
   void Notify();
-  /// Refuses new work, runs what is queued, joins the threads. Idempotent.
+  /// Refuses new work, runs what is queued, joins the threads and waits for inline runs.
+  /// Idempotent.
   void Stop();
   /// Refuses new work (UNAVAILABLE) and drops every queued item with `why` (e.g. UNAVAILABLE
   /// at the drain timeout, so queued calls get a status instead of a closed socket); running
@@ -77,8 +88,10 @@ class BatchScheduler {
   int64_t queued_requests() const { return queued_requests_.load(); }
   /// Query tokens of the waiting items.
   int64_t queued_tokens() const { return queued_tokens_.load(); }
-  /// Batches launched and items they held, since start (for tests and logs).
+  /// Batches launched and items they held, since start (for tests and logs); inline_runs():
+  /// those of them that ran on the caller's thread.
   int64_t batches_run() const { return batches_run_.load(); }
+  int64_t inline_runs() const { return inline_runs_.load(); }
   int64_t items_run() const { return items_run_.load(); }
   const BatchSchedulerOptions& options() const { return options_; }
 
@@ -90,6 +103,10 @@ class BatchScheduler {
   // Why `item` must not run now (CANCELLED / DEADLINE_EXCEEDED), or Ok.
   static Status Dead(const BatchItem& item);
   void Removed(const BatchItem& item);  // lock held: counters
+  // Lock held: whether `items` may run on the caller's thread now (see the file comment).
+  bool InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items) const;
+  // Drops the dead items of `batch`, runs the rest through the executor, counts it.
+  void Execute(std::vector<std::unique_ptr<BatchItem>>& batch);
 
   const BatchSchedulerOptions options_;
   const BatchExecutor executor_;
@@ -99,10 +116,13 @@ class BatchScheduler {
   std::map<std::string, Queue> queues_;  // signature → FIFO; empty queues are erased
   bool stopping_ = false;
   bool sweep_ = false;
+  int running_ = 0;  // batches in the executor (executor threads and inline runs)
+  int slot_waiters_ = 0;  // executor threads waiting for a slot an inline run holds
   std::atomic<int64_t> queued_requests_{0};
   std::atomic<int64_t> queued_tokens_{0};
   std::atomic<int64_t> batches_run_{0};
   std::atomic<int64_t> items_run_{0};
+  std::atomic<int64_t> inline_runs_{0};
   std::vector<std::thread> threads_;
 };
 

@@ -56,6 +56,7 @@ struct ServerConfig {
   int64_t replay_cache_bytes = int64_t{512} << 20;  ///< host bytes for stored replay outputs
   int64_t sequence_metadata_bytes = int64_t{1} << 30;  ///< host bytes for live sequences' metadata
   bool kv_debug_poison = false;        ///< debug: fill unused/freed KV pages with NaN
+  bool kv_cuda_graphs = true;          ///< GPU KV cache: replay small steps from CUDA graphs
   /// Tests only (hidden flag): from the Nth backend Execute on, return INTERNAL as after a
   /// device fault (backends/fault_injecting_backend.h); 0 = off.
   int64_t inject_backend_fault_after = 0;

@@ -263,6 +263,10 @@ void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
                  "get RESOURCE_EXHAUSTED")
       ->check(InRange(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--kv-cuda-graphs", c->kv_cuda_graphs,
+                 "GPU KV cache: run steps without prefill (decode, appends; device buffer up to "
+                 "8 MiB) as CUDA graphs captured once per launch layout and replayed (on, off)")
+      ->default_str("on");
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
   // Tests only, hidden from --help (empty group): the Nth backend Execute and every later one

@@ -1,5 +1,7 @@
 #include "device/lane.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 namespace attn {
@@ -37,10 +39,9 @@ StatusOr<std::unique_ptr<Lane>> Lane::Create(int device, uint64_t staging_bytes,
 }
 
 Lane::~Lane() {
-  if (stream_ != nullptr) {
-    (void)cudaStreamSynchronize(stream_);
-    (void)cudaStreamDestroy(stream_);
-  }
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  graphs_.Clear();  // before the events and buffers their nodes name
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   for (cudaEvent_t e : events_) {
     if (e != nullptr) (void)cudaEventDestroy(e);
   }
@@ -55,6 +56,7 @@ Status Lane::ReserveStaging(uint64_t bytes) {
   }
   uint64_t want = std::max<uint64_t>(staging_bytes_ * 2, 1u << 20);
   while (want < bytes) want *= 2;
+  graphs_.Clear();  // their copies name the old buffer
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
   staging_ = nullptr;
   staging_bytes_ = 0;
@@ -69,6 +71,22 @@ Status Lane::ReserveStaging(uint64_t bytes) {
   return Status::Ok();
 }
 
+Status Lane::ReserveScratch(DevicePool* pool, uint64_t bytes) {
+  if (scratch_.data() != nullptr && bytes <= scratch_.bytes()) return Status::Ok();
+  uint64_t want = std::max<uint64_t>(scratch_.bytes() * 2, 64u << 10);
+  while (want < bytes) want *= 2;
+  StatusOr<DeviceAllocation> grown = pool->Allocate(want);
+  if (!grown.ok()) return grown.status();
+  graphs_.Clear();  // their nodes name the old scratch
+  scratch_ = std::move(*grown);
+  return Status::Ok();
+}
+
+void Lane::set_graphs(bool on) {
+  graphs_on_ = on;
+  if (!on) graphs_.Clear();
+}
+
 Status Lane::Check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   (void)cudaGetLastError();
@@ -80,6 +98,12 @@ Status Lane::Record(int i) {
 }
 
 Status Lane::Run(RoundTrip& trip, LaneTimes* times) {
+  std::string key;
+  if (graphs_on_ && trip.GraphKey(*this, &key)) return RunGraph(trip, key, times);
+  return RunDirect(trip, times);
+}
+
+Status Lane::RunDirect(RoundTrip& trip, LaneTimes* times) {
   trip.Pack(*this);
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
   ATTN_RETURN_IF_ERROR(Record(0));
@@ -96,6 +120,74 @@ Status Lane::Run(RoundTrip& trip, LaneTimes* times) {
   ATTN_RETURN_IF_ERROR(Record(2));
   ATTN_RETURN_IF_ERROR(trip.Download(*this));
   ATTN_RETURN_IF_ERROR(Record(3));
+  return Finish(trip, times);
+}
+
+Status Lane::RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times) {
+  ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+  cudaGraphExec_t exec = graphs_.Find(key);
+  if (exec == nullptr) {
+    bool refused = false;
+    ATTN_RETURN_IF_ERROR(Capture(trip, &exec, &refused));
+    if (refused) return RunDirect(trip, times);  // graphs are off on this lane from now on
+    graphs_.Insert(key, exec);
+    ++graphs_.counts().captures;
+  } else {
+    ++graphs_.counts().replays;
+  }
+  trip.Pack(*this);  // the graph's upload reads staging when it runs, after this
+  ATTN_RETURN_IF_ERROR(Check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
+  return Finish(trip, times);
+}
+
+// Captures the trip's Upload/Launch/Download (no Pack: capture enqueues nothing that runs) with
+// the four events as external event-record nodes. A Launch refused with INVALID_ARGUMENT
+// returns it (nothing ran; the device stays healthy); a capture or instantiation the driver
+// refuses sets *refused, turns graphs off on this lane and logs why.
+Status Lane::Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused) {
+  *exec = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+  auto refuse = [&](const char* what, cudaError_t err) {
+    (void)cudaGetLastError();
+    spdlog::warn("{}: CUDA graphs turned off on this lane: {} failed ({}); trips run as plain "
+                 "launches",
+                 who_, what, cudaGetErrorString(err));
+    set_graphs(false);
+    *refused = true;
+    return Status::Ok();
+  };
+  if (e != cudaSuccess) return refuse("cudaStreamBeginCapture", e);
+  auto record = [this](int i) {
+    return Check(cudaEventRecordWithFlags(events_[i], stream_, cudaEventRecordExternal),
+                 "cudaEventRecordWithFlags (capture)");
+  };
+  Status st = record(0);
+  if (st.ok()) st = trip.Upload(*this);
+  if (st.ok()) st = record(1);
+  if (st.ok()) st = trip.Launch(*this);
+  if (st.ok()) st = record(2);
+  if (st.ok()) st = trip.Download(*this);
+  if (st.ok()) st = record(3);
+  cudaGraph_t graph = nullptr;
+  e = cudaStreamEndCapture(stream_, &graph);
+  if (!st.ok()) {
+    // Nothing was enqueued for real; the refused launch is the caller's error.
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (st.code() == StatusCode::kInternal) latch_->Latch(st.message());
+    return st;
+  }
+  if (e != cudaSuccess) return refuse("cudaStreamEndCapture", e);
+  e = cudaGraphInstantiate(exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    *exec = nullptr;
+    return refuse("cudaGraphInstantiate", e);
+  }
+  return Status::Ok();
+}
+
+Status Lane::Finish(RoundTrip& trip, LaneTimes* times) {
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
   if (times != nullptr) {
     float* out[3] = {&times->h2d_ms, &times->kernel_ms, &times->d2h_ms};
@@ -122,6 +214,26 @@ Status LaneSet::Add(int count, int device, uint64_t staging_bytes, bool growable
     lanes_.push_back(std::move(slot));
   }
   return Status::Ok();
+}
+
+void LaneSet::SetGraphs(bool on) {
+  for (auto& slot : lanes_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->lane->set_graphs(on);
+  }
+}
+
+GraphCounts LaneSet::SumGraphCounts() {
+  GraphCounts sum;
+  for (auto& slot : lanes_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    const GraphCounts& c = slot->lane->graph_counts();
+    sum.replays += c.replays;
+    sum.captures += c.captures;
+    sum.evictions += c.evictions;
+    sum.dropped += c.dropped;
+  }
+  return sum;
 }
 
 LaneLease LaneSet::Acquire() {

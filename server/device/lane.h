@@ -10,6 +10,15 @@
 // packing its inputs until its outputs are copied out, so calls on different lanes overlap.
 // Callers may pack request bytes straight into the held lane's staging (staging()), which is
 // what lets a caller do one host copy each way.
+//
+// CUDA graphs (issue 18 item 4): a trip that names its whole round trip by a key
+// (RoundTrip::GraphKey) on a lane with graphs on is captured once (stream capture of the same
+// Upload/Launch/Download calls, the four events as external event-record nodes) and replayed
+// from the lane's GraphCache on every later trip with that key: one cudaGraphLaunch instead of
+// a copy, two to four kernel launches, a copy and four event records, and no host gaps between
+// the nodes on the device. Such a trip's device buffer is the lane's scratch (ReserveScratch),
+// so the addresses its graph names stay put; growing the scratch or the staging drops the
+// lane's graphs.
 // CUDA builds only. Thread-safety: a Lane is used by the one caller that holds its lease;
 // LaneSet::Acquire is thread-safe.
 #pragma once
@@ -24,7 +33,9 @@
 #include <vector>
 
 #include "attn/kernels/status.h"
+#include "device/device_pool.h"
 #include "device/fault_latch.h"
+#include "device/graph_cache.h"
 
 namespace attn {
 
@@ -53,10 +64,23 @@ class RoundTrip {
   virtual Status Download(Lane& lane) = 0;
   /// After the stream synchronised: copies outputs out of staging to the caller.
   virtual void Finish(Lane& lane) { (void)lane; }
+  /// True when the trip may run as a CUDA graph, with `key` set to a string that determines
+  /// every node Upload, Launch and Download enqueue: each copy's addresses and size, each
+  /// kernel, its grid, block, shared memory and every argument that is not read from the
+  /// uploaded bytes. Two trips with one key must enqueue the same work (only the bytes in
+  /// staging differ). Default: false (never a graph).
+  virtual bool GraphKey(Lane& lane, std::string* key) {
+    (void)lane;
+    (void)key;
+    return false;
+  }
 };
 
 class Lane {
  public:
+  /// Graphs kept per lane: a decode workload uses a handful at a time (one per batch size and
+  /// 64-token band of the longest sequence).
+  static constexpr size_t kGraphsPerLane = 32;
   /// Makes a stream and four events on `device` and pins `staging_bytes` (0: no staging).
   /// `growable`: ReserveStaging may grow the buffer (by doubling). `latch` (not owned,
   /// outlives the lane) is the owner's fault latch; `who` names the owner in errors.
@@ -78,6 +102,16 @@ class Lane {
   /// lost when it grows. Errors: RESOURCE_EXHAUSTED when pinning fails or the lane is not
   /// growable and too small.
   Status ReserveStaging(uint64_t bytes);
+  /// The lane's device scratch (null until ReserveScratch): the device buffer of trips that
+  /// run as graphs. ReserveScratch makes it at least `bytes` (doubling from 64 KiB), carved
+  /// from `pool` (not owned; outlives the lane); growing it drops the lane's graphs.
+  /// Errors: RESOURCE_EXHAUSTED from the pool (the old scratch is kept).
+  char* scratch() const { return static_cast<char*>(scratch_.data()); }
+  Status ReserveScratch(DevicePool* pool, uint64_t bytes);
+  /// Turns replaying graphs on or off (off by default; off drops the cached graphs).
+  void set_graphs(bool on);
+  bool graphs() const { return graphs_on_; }
+  const GraphCounts& graph_counts() const { return graphs_.counts(); }
 
   /// Ok for cudaSuccess; else clears CUDA's last error, latches "what: error" and returns
   /// INTERNAL (the latch's error prefix + cause).
@@ -87,12 +121,20 @@ class Lane {
   /// back) and latches when INTERNAL. The caller checks the latch (FaultLatch::Faulted) before
   /// it allocates the trip's device buffers. Errors: as the steps return; INTERNAL naming the
   /// CUDA call for a failed event, copy or synchronisation (latched).
+  /// With graphs on and trip.GraphKey true, the trip runs as a captured graph (see the file
+  /// comment); a capture the driver refuses turns graphs off on this lane (logged once) and
+  /// the trip runs as plain launches.
   Status Run(RoundTrip& trip, LaneTimes* times);
 
  private:
   Lane(int device, bool growable, FaultLatch* latch, std::string who)
       : device_(device), growable_(growable), latch_(latch), who_(std::move(who)) {}
   Status Record(int i);
+  // Run's parts: the plain launches, and the graph of `key` (captured first on a miss).
+  Status RunDirect(RoundTrip& trip, LaneTimes* times);
+  Status RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times);
+  Status Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused);
+  Status Finish(RoundTrip& trip, LaneTimes* times);
 
   const int device_;
   const bool growable_;
@@ -102,6 +144,9 @@ class Lane {
   cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
   char* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
+  DeviceAllocation scratch_;
+  bool graphs_on_ = false;
+  GraphCache graphs_{kGraphsPerLane};
 };
 
 /// A held lane: the lane and the lock that keeps it the caller's.
@@ -123,6 +168,10 @@ class LaneSet {
   FaultLatch& latch() { return latch_; }
   const FaultLatch& latch() const { return latch_; }
   size_t size() const { return lanes_.size(); }
+  /// set_graphs on every lane.
+  void SetGraphs(bool on);
+  /// The lanes' graph counters, summed (takes each lane's lock).
+  GraphCounts SumGraphCounts();
 
  private:
   struct Slot {

@@ -9,4 +9,11 @@ if(ATTN_CUDA AND TARGET attn_runtime)
     LABELS gpu
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
     TIMEOUT 600)
+  add_executable(gpu_paged_graphs_test ${CMAKE_CURRENT_LIST_DIR}/gpu_paged_graphs_test.cc)
+  target_link_libraries(gpu_paged_graphs_test PRIVATE attn_runtime GTest::gtest_main)
+  add_test(NAME gpu_paged_graphs_test COMMAND gpu_paged_graphs_test)
+  set_tests_properties(gpu_paged_graphs_test PROPERTIES
+    LABELS gpu
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+    TIMEOUT 600)
 endif()

@@ -4,6 +4,7 @@ if(ATTN_SERVER)
   add_executable(batching_unit_test
     ${CMAKE_CURRENT_LIST_DIR}/batch_decision_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/batch_scheduler_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/batch_scheduler_inline_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/attend_coalescer_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/extend_batch_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/attend_batcher_test.cc

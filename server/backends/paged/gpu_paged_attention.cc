@@ -1,10 +1,13 @@
 #include "backends/paged/gpu_paged_attention.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 #include <vector>
 
 #include "attn/kernels/paged_decode.h"
 #include "attn/kernels/paged_kv_cpu.h"
+#include "backends/paged/gpu_paged_graph_key.h"
 #include "backends/paged/gpu_paged_jobs.h"
 
 namespace attn {
@@ -40,6 +43,15 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
   PagedAttendJob *t = nullptr;
   char *d = nullptr;
   uint64_t t_at = 0, host_bytes = 0;
+  bool in_scratch = false;  // d is the lane's scratch: the trip may run as a graph
+
+  bool GraphKey(Lane &lane, std::string *key) override {
+    if (!in_scratch) return false;
+    GraphKeyWriter w(key);
+    w.Put(lane.staging()).Put(d).Put(host_bytes).Put(t_at);
+    if (a != nullptr) PutAppendGraphKey(*a, w);
+    return t == nullptr || PutAttendGraphKey(*t, w);
+  }
 
   void Pack(Lane &lane) override {
     if (a != nullptr) PackAppend(*a, lane.staging());
@@ -84,14 +96,24 @@ GpuPagedAttention::GpuPagedAttention(int device, DevicePool *pool)
       lanes_("CUDA error in GPU paged attention, ", "GPU paged attention is faulted: ") {}
 
 StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int device, DevicePool *pool,
-                                                                       int lanes) {
+                                                                       int lanes, bool graphs) {
   std::unique_ptr<GpuPagedAttention> g(new GpuPagedAttention(device, pool));
   ATTN_RETURN_IF_ERROR(
       g->lanes_.Add(lanes, device, 1u << 20, /*growable=*/true, "GPU paged attention"));
+  g->lanes_.SetGraphs(graphs);
   return g;
 }
 
-GpuPagedAttention::~GpuPagedAttention() = default;
+GraphCounts GpuPagedAttention::graph_counts() { return lanes_.SumGraphCounts(); }
+
+GpuPagedAttention::~GpuPagedAttention() {
+  const GraphCounts c = lanes_.SumGraphCounts();
+  if (c.replays + c.captures > 0) {
+    spdlog::info("GPU paged attention: {} calls replayed a CUDA graph, {} captured one ({} "
+                 "evicted, {} dropped when a lane buffer grew)",
+                 c.replays, c.captures, c.evictions, c.dropped);
+  }
+}
 
 Status GpuPagedAttention::SupportsSequence(DType dtype, DType kv_dtype, int64_t num_heads,
                                            int64_t num_kv_heads, int64_t head_dim) const {
@@ -146,9 +168,20 @@ Status GpuPagedAttention::Run(PagedAppendJob *a, PagedAttendJob *t, LaunchTimes 
   ATTN_RETURN_IF_ERROR(lanes_.latch().Faulted());
   LaneLease lease = lanes_.Acquire();
   ATTN_RETURN_IF_ERROR(lease.lane->ReserveStaging(trip.host_bytes));
-  StatusOr<DeviceAllocation> dev = pool_->Allocate(device_bytes);
-  if (!dev.ok()) return dev.status();
-  trip.d = static_cast<char *>(dev->data());
+  // Small trips without prefill steps (decode steps, appends) run in the lane's scratch so that
+  // their CUDA graph can be replayed; the others in a buffer of their own from the pool.
+  DeviceAllocation own;
+  if (lease.lane->graphs() && device_bytes <= kGraphMaxBytes &&
+      (t == nullptr || t->split.prefill_entries == 0) &&
+      lease.lane->ReserveScratch(pool_, device_bytes).ok()) {
+    trip.d = lease.lane->scratch();
+    trip.in_scratch = true;
+  } else {
+    StatusOr<DeviceAllocation> dev = pool_->Allocate(device_bytes);
+    if (!dev.ok()) return dev.status();
+    own = std::move(*dev);
+    trip.d = static_cast<char *>(own.data());
+  }
   LaneTimes lt;
   ATTN_RETURN_IF_ERROR(lease.lane->Run(trip, times != nullptr ? &lt : nullptr));
   if (times != nullptr) {

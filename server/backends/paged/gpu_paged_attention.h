@@ -11,7 +11,12 @@
 // round trip. Calls run on lanes (device/lane.h: a stream, its timing events and its pinned
 // buffer each, one fault latch for all): a call takes a free lane, so calls from different
 // batch threads overlap on the device and with each other's host work; one call holds its lane
-// until its outputs are copied out. The layout, packing and launches are gpu_paged_jobs.h. Prefill
+// until its outputs are copied out. The layout, packing and launches are gpu_paged_jobs.h.
+// With CUDA graphs on (the default; --kv-cuda-graphs), a call without prefill steps whose device
+// buffer fits kGraphMaxBytes runs in its lane's scratch and is replayed from the lane's captured
+// graphs (device/lane.h) under a key of every launch parameter (gpu_paged_graph_key.h): one
+// graph launch per call instead of a copy, two to four kernels and a copy, with no host gaps
+// between them on the device. Prefill
 // steps (T > kPagedDecodeMaxQueryLen query tokens) over 16-bit pages run in one fused paged launch
 // (FusedPagedRun, varlen over those steps, bottom-right causal: the T rows are the last T of kv_len
 // keys), the other steps in one decode launch; both share the call's upload and download
@@ -50,12 +55,17 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   /// Lanes by default: the server's two batch threads plus room for copy-on-write copies and
   /// direct callers without waiting.
   static constexpr int kDefaultLanes = 4;
+  /// Largest device buffer of a call that may run as a CUDA graph (its lane keeps a scratch of
+  /// that size): 64 decode steps of N32 K8 H128 bf16 need ~1.3 MiB (q, o and the new K/V rows).
+  static constexpr uint64_t kGraphMaxBytes = 8ull << 20;
   /// Uses CUDA device `device` and carves per-call buffers from `pool` (not owned; outlives
   /// this), with `lanes` streams (>= 1; each pins a staging buffer of 1 MiB that grows to the
-  /// largest call it ran). Errors: INTERNAL when a stream or event cannot be made,
-  /// RESOURCE_EXHAUSTED when the pinned staging buffer cannot be.
+  /// largest call it ran). `graphs`: replay small calls from CUDA graphs (see the file
+  /// comment). Errors: INTERNAL when a stream or event cannot be made, RESOURCE_EXHAUSTED when
+  /// the pinned staging buffer cannot be.
   static StatusOr<std::unique_ptr<GpuPagedAttention>> Create(int device, DevicePool *pool,
-                                                             int lanes = kDefaultLanes);
+                                                             int lanes = kDefaultLanes,
+                                                             bool graphs = true);
   ~GpuPagedAttention() override;
 
   const std::string &name() const override { return name_; }
@@ -87,6 +97,9 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   /// and the download added.
   Status AttendMany(const PagedLayerView *layers, const PagedQuery *queries, void *const *outs,
                     int64_t count, LaunchTimes *times = nullptr);
+
+  /// Graph replays and captures over all lanes since start (tests, the shutdown log).
+  GraphCounts graph_counts();
 
  private:
   struct PackedTrip;

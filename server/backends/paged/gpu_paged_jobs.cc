@@ -20,6 +20,18 @@ struct Segments {
   }
 };
 
+/// Block-table strides are rounded up to a multiple of this many blocks (512 tokens with
+/// 16-token pages; the rows are zero-filled past each table), and the decode plan's
+/// max_kv_len to a multiple of kKvLenQuantum keys, so that a sequence's consecutive decode
+/// steps keep one layout and one CUDA graph key (gpu_paged_graph_key.h) for hundreds of
+/// steps instead of changing with every page or token. max_kv_len only bounds the lengths the
+/// kernels read from the uploaded kv_lengths (decode_params.h), and the split is chosen from
+/// ceil(max_kv_len / 64) tiles, so rounding it to 64 leaves every plan as it was.
+constexpr int64_t kBlockQuantum = 32;
+constexpr int64_t kKvLenQuantum = 64;
+
+int64_t RoundUp(int64_t n, int64_t q) { return (n + q - 1) / q * q; }
+
 bool SamePool(const kernels::PagedKvPool &a, const kernels::PagedKvPool &b) {
   return a.k_pages == b.k_pages && a.v_pages == b.v_pages && a.page_tokens == b.page_tokens &&
          a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.kv_dtype == b.kv_dtype;
@@ -52,6 +64,7 @@ Status LayoutAppend(PagedAppendItem *items, size_t n, PagedAppendJob *job) {
   }
   if (total == 0) return Status::Ok();  // nothing to append: j.B stays 0
   j.B = static_cast<int64_t>(n);
+  j.max_blocks = RoundUp(j.max_blocks, kBlockQuantum);
   // FP8 pools count saturations per item, so each item is its own launch (one counter each);
   // 16-bit pools append every item in one launch.
   j.launches = j.fp8 ? j.B : 1;
@@ -174,6 +187,7 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     total_q += qi.tokens;
     j.max_blocks = std::max(j.max_blocks, layers[i].num_blocks);
   }
+  j.max_blocks = RoundUp(j.max_blocks, kBlockQuantum);
   j.split = SplitAttendSteps(tokens.data(), kv_lens.data(), count, prefill_ok, kChunk);
   const int64_t rows = j.split.decode_entries, prows = j.split.prefill_entries;
   if (rows > 0) {
@@ -183,7 +197,7 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     shape.kv_dtype = pool.kv_dtype;
     shape.batch = rows;
     shape.max_q_len = j.split.decode_max_q;
-    shape.max_kv_len = j.split.decode_max_kv;
+    shape.max_kv_len = RoundUp(j.split.decode_max_kv, kKvLenQuantum);
     shape.num_heads = N;
     shape.num_kv_heads = j.K;
     shape.head_dim = H;

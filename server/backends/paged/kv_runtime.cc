@@ -38,7 +38,9 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
     }
     auto memory = DeviceKvMemory::Create(&backends.gpu->pool(), config.kv_cache_bytes);
     if (!memory.ok()) return memory.status();
-    auto compute = GpuPagedAttention::Create(backends.gpu->info().index, &backends.gpu->pool());
+    auto compute =
+        GpuPagedAttention::Create(backends.gpu->info().index, &backends.gpu->pool(),
+                                  GpuPagedAttention::kDefaultLanes, config.kv_cuda_graphs);
     if (!compute.ok()) return compute.status();
     kv->memory = std::move(*memory);
     kv->compute = std::move(*compute);

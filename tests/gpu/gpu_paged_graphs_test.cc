@@ -1,0 +1,236 @@
+// CUDA graph replay of GPU paged steps (issue 18 item 4; device/lane.h, gpu_paged_graph_key.h):
+// the same batches of sequence steps run through two GPU KV caches, one whose GpuPagedAttention
+// replays captured graphs and one that launches every kernel (graphs off). The outputs must be
+// bit-identical on every step: the graph's nodes are the plain path's launches. The decode
+// steps cross every boundary that changes a launch: 64-key tiles (the split plan's tile count),
+// the decode split itself (for B=1, K=8 the keys per partition change past 1024 keys on a
+// GPU with >= 32 resident decode blocks), the 512-token band of the block-table stride, the
+// batch size (1 and 3 steps per call) and append-only steps (an append-only trip has a graph of
+// its own); with 16-bit and FP8 pages. A stale graph replayed across any of these gives another
+// result and fails. The graph side must have replayed graphs (hits) and captured fewer than
+// it ran; the plain side must have neither.
+// ctest label `gpu`; skips without a CUDA device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/kernels/host_dtype.h"
+#include "backends/paged/device_kv_memory.h"
+#include "backends/paged/extend_batch.h"
+#include "backends/paged/gpu_paged_attention.h"
+#include "device/device_pool.h"
+#include "kv_cache/page_pool.h"
+#include "kv_cache/sequence_store.h"
+
+namespace attn {
+namespace {
+
+using kernels::DType;
+
+bool HaveDevice() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+constexpr int64_t kPoolBytes = 256ll << 20;
+constexpr int32_t kPageTokens = 16;
+
+/// One GPU KV cache with graphs on or off.
+struct Side {
+  std::unique_ptr<KvMemory> memory;
+  std::unique_ptr<PagePool> pages;
+  std::unique_ptr<SequenceStore> store;
+  std::unique_ptr<GpuPagedAttention> compute;
+};
+
+struct Config {
+  DType dtype, kv_dtype;
+  int32_t num_heads, num_kv_heads, head_dim;
+};
+
+std::string Random(std::mt19937 &rng, DType dtype, int64_t n) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::string out(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
+  for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(out.data(), dtype, i, nd(rng));
+  return out;
+}
+
+/// One step's inputs, owned.
+struct OwnedStep {
+  ExtendArgs args;
+  std::string q, k, v;
+};
+
+OwnedStep MakeStep(const Config &c, int64_t position, int64_t T, bool append_only,
+                   std::mt19937 &rng) {
+  OwnedStep st;
+  ExtendArgs &a = st.args;
+  a.layer = 0;
+  a.position = position;
+  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
+  a.q_shape = {T, c.num_heads, c.head_dim};
+  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
+  st.q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
+  st.k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  st.v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
+  a.q = st.q.data();
+  a.k = st.k.data();
+  a.v = st.v.data();
+  a.q_bytes = st.q.size();
+  a.k_bytes = st.k.size();
+  a.v_bytes = st.v.size();
+  if (append_only) SetAppendOnly(&a);
+  return st;
+}
+
+class GpuPagedGraphsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveDevice()) GTEST_SKIP() << "no CUDA device: skipped";
+    auto dev = DevicePool::Create(0, 0.05);
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    device_pool_ = std::move(*dev);
+    for (int g = 0; g < 2; ++g) {
+      Side &s = sides_[g];
+      auto mem = DeviceKvMemory::Create(device_pool_.get(), kPoolBytes);
+      ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+      s.memory = std::move(*mem);
+      auto compute = GpuPagedAttention::Create(0, device_pool_.get(),
+                                               GpuPagedAttention::kDefaultLanes, g == 1);
+      ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+      s.compute = std::move(*compute);
+      s.pages = std::make_unique<PagePool>(s.memory.get(), PagePoolOptions{kPageTokens, 8, true});
+      s.store = std::make_unique<SequenceStore>(s.pages.get(), SequenceStoreOptions{});
+    }
+  }
+
+  /// Runs `steps` (positions already set; sequence ids per side in ids[side][j]) as one batch
+  /// on both sides and checks that every output is bit-identical.
+  void RunBoth(std::vector<OwnedStep> &steps, const std::vector<int> &seqs,
+               std::string ids[2][3], const std::string &what) {
+    std::string outs[2][3];
+    const std::string owner = "test";
+    for (int side = 0; side < 2; ++side) {
+      std::vector<ExtendArgs> args(steps.size());
+      std::vector<BatchedExtend> batch(steps.size());
+      std::vector<ExtendOutcome> outcomes(steps.size());
+      for (size_t j = 0; j < steps.size(); ++j) {
+        args[j] = steps[j].args;
+        args[j].sequence_id = ids[side][seqs[j]];
+        batch[j].args = &args[j];
+        batch[j].owner = &owner;
+        batch[j].o = &outs[side][j];
+        batch[j].outcome = &outcomes[j];
+      }
+      RunExtendSteps(sides_[side].store.get(), sides_[side].compute.get(), batch.data(),
+                     batch.size());
+      for (size_t j = 0; j < steps.size(); ++j) {
+        ASSERT_TRUE(batch[j].status.ok())
+            << what << (side ? " graphs" : " plain") << " step " << j << ": "
+            << batch[j].status.ToString();
+      }
+    }
+    for (size_t j = 0; j < steps.size(); ++j) {
+      ASSERT_EQ(outs[0][j].size(), outs[1][j].size()) << what << " step " << j;
+      ASSERT_EQ(std::memcmp(outs[0][j].data(), outs[1][j].data(), outs[0][j].size()), 0)
+          << what << " step " << j << ": the graph replay differs from the plain launches";
+    }
+  }
+
+  std::unique_ptr<DevicePool> device_pool_;
+  Side sides_[2];  // [0]: graphs off, [1]: graphs on
+};
+
+TEST_F(GpuPagedGraphsTest, ReplaysMatchPlainLaunchesAcrossEveryLayoutBoundary) {
+  const std::vector<Config> configs = {
+      {DType::kBFloat16, DType::kBFloat16, 32, 8, 128},
+      {DType::kFloat16, DType::kFloat16, 8, 2, 64},
+      {DType::kBFloat16, DType::kFloat8E4M3, 16, 4, 128},
+  };
+  std::mt19937 rng(7);
+  for (const Config &c : configs) {
+    const std::string name = std::string(kernels::DTypeName(c.dtype)) + "/" +
+                             kernels::DTypeName(c.kv_dtype) + " N" + std::to_string(c.num_heads);
+    SequenceConfig sc;
+    sc.num_layers = 1;
+    sc.num_kv_heads = c.num_kv_heads;
+    sc.head_dim = c.head_dim;
+    sc.num_heads = c.num_heads;
+    sc.dtype = c.dtype;
+    sc.kv_dtype = c.kv_dtype;
+    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    std::string ids[2][3];
+    for (int side = 0; side < 2; ++side) {
+      for (int j = 0; j < 3; ++j) {
+        auto created = sides_[side].store->Create("test", sc);
+        ASSERT_TRUE(created.ok()) << created.status().ToString();
+        ids[side][j] = created->seq->id;
+      }
+    }
+    // Histories (one prefill each, plain launches on both sides): decode then crosses the tiles
+    // at 64/128, the block-table band at 512, and 1024 (B=1: the split changes there).
+    int64_t len[3] = {40, 470, 990};
+    for (int j = 0; j < 3; ++j) {
+      std::vector<OwnedStep> one;
+      one.push_back(MakeStep(c, 0, len[j], false, rng));
+      RunBoth(one, {j}, ids, name + " history " + std::to_string(j));
+    }
+    const GraphCounts before = sides_[1].compute->graph_counts();
+    constexpr int kRounds = 110;
+    int calls = 0;
+    for (int r = 0; r < kRounds; ++r) {
+      // A batch of three decode steps, then the third sequence alone (B=1), and every 16th
+      // round an append-only step of 3 tokens on the first.
+      std::vector<OwnedStep> batch;
+      for (int j = 0; j < 3; ++j) batch.push_back(MakeStep(c, len[j], 1, false, rng));
+      RunBoth(batch, {0, 1, 2}, ids, name + " round " + std::to_string(r) + " batch");
+      for (int64_t &l : len) ++l;
+      std::vector<OwnedStep> single;
+      single.push_back(MakeStep(c, len[2], 1, false, rng));
+      RunBoth(single, {2}, ids, name + " round " + std::to_string(r) + " single");
+      ++len[2];
+      calls += 2;
+      if (r % 16 == 5) {
+        std::vector<OwnedStep> append;
+        append.push_back(MakeStep(c, len[0], 3, true, rng));
+        RunBoth(append, {0}, ids, name + " round " + std::to_string(r) + " append-only");
+        len[0] += 3;
+        ++calls;
+      }
+      if (HasFatalFailure()) return;
+    }
+    const GraphCounts after = sides_[1].compute->graph_counts();
+    const int64_t replays = after.replays - before.replays;
+    const int64_t captures = after.captures - before.captures;
+    std::printf("  %-24s %d calls: %lld graph replays, %lld captures, final lengths %lld %lld "
+                "%lld\n",
+                name.c_str(), calls, static_cast<long long>(replays),
+                static_cast<long long>(captures), static_cast<long long>(len[0]),
+                static_cast<long long>(len[1]), static_cast<long long>(len[2]));
+    EXPECT_EQ(replays + captures, calls) << name << ": every call without prefill is a graph";
+    EXPECT_GT(replays, captures) << name << ": the layouts repeat, so most calls replay";
+    EXPECT_GE(captures, 6) << name << ": the tile, band, batch and append boundaries each "
+                              "need a graph of their own";
+    const GraphCounts plain = sides_[0].compute->graph_counts();
+    EXPECT_EQ(plain.replays + plain.captures, 0) << "graphs off: no graph";
+    for (int side = 0; side < 2; ++side) {
+      for (int j = 0; j < 3; ++j) {
+        ASSERT_TRUE(sides_[side].store->Release(ids[side][j], "test", nullptr).ok());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn
