@@ -24,6 +24,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
 mkdir -p "$out"
 b=${RUN:-$root/.bundle/attn/run.sh}  # RUN: a launcher taking the binary name first
+lg=${LOADGEN_RUN:-$b}  # LOADGEN_RUN: the loadgen's launcher (compare: one loadgen, two servers)
 KV_DEVICE=${KV_DEVICE:-gpu}
 REPEATS=${REPEATS:-3}
 STEPS1=${STEPS1:-1000}
@@ -43,7 +44,7 @@ for transport in $TRANSPORTS; do
   for _ in $(seq 1 300); do [ -s "$dir/port" ] || [ -S "$dir/attn.sock" ] && break; sleep 0.1; done
   if [ "$transport" = unix ]; then target=$listen; else target="127.0.0.1:$(cat "$dir/port")"; fi
   # The floor: 200 tiny Attends (1 query token, 1 key), closed loop, one connection.
-  "$b" attention-loadgen --target "$target" --workload fixed --fixed-tokens 1 --heads 1 \
+  "$lg" attention-loadgen --target "$target" --workload fixed --fixed-tokens 1 --heads 1 \
     --kv-heads 1 --head-dim 64 --dtype fp32 --requests 200 --concurrency 1 --quiet \
     --json "$out/path-$transport-floor.json" >/dev/null 2>&1 ||
     echo "path $transport floor: loadgen exit $?"
@@ -59,7 +60,7 @@ for transport in $TRANSPORTS; do
         pstream64) args=(--decode-api packed-stream --batches-in-flight 2 --batch-sessions 64
           --requests 64 --concurrency 1 --max-gen "$STEPS64") ;;
       esac
-      timeout 120 "$b" attention-loadgen --target "$target" --workload session "${shape[@]}" \
+      timeout 120 "$lg" attention-loadgen --target "$target" --workload session "${shape[@]}" \
         "${args[@]}" --json "$out/path-$transport-$case-$i.json" \
         >"$out/path-$transport-$case-$i.txt" 2>&1
       echo "path $transport $case $i: loadgen exit $?"

@@ -12,7 +12,7 @@
 #           message latency beside server and kernel time, TCP and Unix, 3 repeats, floors)
 #   compare issue 17: path + batch benchmarks of .carry/bundle-before.txz vs .carry/bundle.txz,
 #           interleaved, COMPARE_ROUNDS (3) rounds, medians side by side (COMPARE_PARTS:
-#           "path batch")
+#           "path batch"); the path bench measures both servers with the new bundle's loadgen
 #   decode  scripts/decode_bench.sh ${DECODE_ARGS:---quick} (kernel-level decode benchmark)
 #   auto    issue-4 auto: --calibrate, then auto vs the fastest backend on held-out Azure shapes
 #   minilm  the real frontend (MiniLM, float16 weights from .carry/minilm-fp16) per GPU backend
@@ -20,6 +20,8 @@
 #   frontend  issue 15: bench/frontend_bench.py through the bundle (TCP, Unix socket) and the
 #           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
+# Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
+# summaries (path-summary.json, compare.json/.txt, frontend.json) beside it.
 # CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step;
 # SERVE_BACKENDS (default fused) lists the serve step's backends.
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
@@ -28,12 +30,24 @@
 # leave room in the carry for the MiniLM weights) is unpacked into .bundle/ first.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${OUT:-$root/out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+RESULTS=${OUT:-$root/out}
+mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)
+# Steps write under a work directory; after every step its whole tree is tarred into
+# $OUT/logs.tgz and the summaries are copied beside it, so that what comes back is a handful
+# of files even when a later step is cut off (the device returns at most 8 files).
+OUT=$(mktemp -d /tmp/gpu-session.XXXXXX)
 steps=${*:-check server batch serve bench}
 t0=$(date +%s)
 say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+save() {
+  tar -C "$OUT" -czf "$RESULTS/logs.tgz.part" . && mv "$RESULTS/logs.tgz.part" "$RESULTS/logs.tgz"
+  for f in path/path-summary.json compare/compare.json compare/compare.txt \
+    frontend/frontend.json; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/$(basename "$f")"
+  done
+  return 0
+}
 
 wheels=$(compgen -G "$root/.whl/*.whl"; compgen -G "$root/.carry/wheels/*.whl")
 if [ -n "$wheels" ]; then
@@ -109,7 +123,8 @@ for step in $steps; do
           if [ $side = before ]; then b="$root/.bundle-before/attn"; else b="$root/.bundle/attn"; fi
           mkdir -p "$OUT/compare/$side/path-r$i" "$OUT/compare/$side/batch-r$i"
           case " ${COMPARE_PARTS:-path batch} " in *" path "*)
-            RUN="$b/run.sh" REPEATS=1 OUT="$OUT/compare/$side/path-r$i" timeout 200 \
+            RUN="$b/run.sh" LOADGEN_RUN="$root/.bundle/attn/run.sh" REPEATS=1 \
+              OUT="$OUT/compare/$side/path-r$i" timeout 200 \
               bash "$root/scripts/gpu_path_bench.sh" >"$OUT/compare/$side/path-r$i.txt" 2>&1 ;;
           esac
           case " ${COMPARE_PARTS:-path batch} " in *" batch "*)
@@ -173,6 +188,6 @@ for step in $steps; do
       ;;
     *) echo "unknown step $step" ;;
   esac
+  save
 done
 say "done"
-tar -C "$OUT" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$OUT/logs.tgz"
