@@ -38,20 +38,29 @@ Status BatchScheduler::Enqueue(std::unique_ptr<BatchItem>* item) {
   return s;
 }
 
-bool BatchScheduler::InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items) const {
+bool BatchScheduler::InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items,
+                                    int64_t now_us) const {
   if (options_.inline_max_tokens <= 0 || !queues_.empty() || stopping_ ||
-      running_ >= std::max(1, options_.threads) ||
-      static_cast<int64_t>(items.size()) > std::max<int64_t>(1, options_.policy.max_batch_requests)) {
+      running_ >= std::max(1, options_.threads)) {
     return false;
   }
+  // Exactly the batch an idle executor would take at once: the policy's decision over these
+  // items alone must be "run all of them now" (so a --max-queue-delay-us wait, the request and
+  // token limits and two steps of one sequence all keep them queued).
   int64_t tokens = 0;
   std::set<std::string> keys;
+  std::vector<QueuedItem> view;
+  view.reserve(items.size());
   for (const auto& item : items) {
-    tokens += item->tokens;
     if (item->signature != items.front()->signature) return false;
-    if (!item->exclusive_key.empty() && !keys.insert(item->exclusive_key).second) return false;
+    tokens += item->tokens;
+    QueuedItem v{item->tokens, now_us, false};
+    if (!item->exclusive_key.empty() && !keys.insert(item->exclusive_key).second) v.barrier = true;
+    view.push_back(v);
   }
-  return tokens <= options_.inline_max_tokens;
+  if (tokens > options_.inline_max_tokens) return false;
+  const BatchDecision d = Decide(view.data(), view.size(), now_us, options_.policy);
+  return d.kind == BatchDecision::Kind::kRunNow && d.count == items.size();
 }
 
 Status BatchScheduler::Enqueue(std::vector<std::unique_ptr<BatchItem>>* items) {
@@ -67,7 +76,7 @@ Status BatchScheduler::Enqueue(std::vector<std::unique_ptr<BatchItem>>* items) {
                                std::to_string(options_.max_queued) + " (--max-queue-requests)");
     }
     const int64_t now = now_us_();
-    if (InlineOkLocked(*items)) {
+    if (InlineOkLocked(*items, now)) {
       ++running_;
       lock.unlock();
       std::vector<std::unique_ptr<BatchItem>> batch = std::move(*items);

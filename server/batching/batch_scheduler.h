@@ -15,10 +15,11 @@
 // max_queued items is refused with RESOURCE_EXHAUSTED giving the numbers.
 //
 // Inline runs (inline_max_tokens > 0; the sequence-step batcher): an Enqueue that finds every
-// queue empty and an executor slot free, with items of one signature, no exclusive key twice and
-// at most inline_max_tokens query tokens, runs them as a batch on the caller's thread instead
-// of handing them to an executor thread: the same batch an idle executor would have taken at
-// once (max_queue_delay_us 0), without the wake-up. It counts as one of the `threads` batches
+// queue empty and an executor slot free, with items of one signature and at most
+// inline_max_tokens query tokens that the policy would run at once as one batch (Decide: no
+// --max-queue-delay-us wait, within the limits, no exclusive key twice), runs them on the
+// caller's thread instead of handing them to an executor thread: the same batch an idle
+// executor would have taken at once, without the wake-up. It counts as one of the `threads` batches
 // running, so work arriving meanwhile queues and is batched as before.
 //
 // Stop(): new work is refused (UNAVAILABLE); queued work is still run; then the threads are
@@ -104,7 +105,7 @@ class BatchScheduler {
   static Status Dead(const BatchItem& item);
   void Removed(const BatchItem& item);  // lock held: counters
   // Lock held: whether `items` may run on the caller's thread now (see the file comment).
-  bool InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items) const;
+  bool InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>>& items, int64_t now_us) const;
   // Drops the dead items of `batch`, runs the rest through the executor, counts it.
   void Execute(std::vector<std::unique_ptr<BatchItem>>& batch);
 

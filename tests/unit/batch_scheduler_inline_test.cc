@@ -41,9 +41,9 @@ class InlineTest : public ::testing::Test {
  protected:
   /// One executor thread, inline runs up to 16 tokens; when `gate_first` the first batch waits
   /// for Release().
-  void Make(bool gate_first) {
+  void Make(bool gate_first, int64_t delay_us = 0) {
     BatchSchedulerOptions o;
-    o.policy = {1000, 64, 0};
+    o.policy = {1000, 64, delay_us};
     o.threads = 1;
     o.name = "test";
     o.inline_max_tokens = 16;
@@ -161,6 +161,20 @@ TEST_F(InlineTest, StopWaitsForAnInlineRunStillOnItsCallersThread) {
   std::lock_guard<std::mutex> lock(mu_);
   EXPECT_EQ(ran_.size(), 1u);
   EXPECT_FALSE(Add(2, 1).ok()) << "after Stop new work is refused";
+}
+
+TEST_F(InlineTest, AQueueDelayKeepsSmallWorkQueuedForOthersToJoin) {
+  Make(false, /*delay_us=*/60'000'000);  // --max-queue-delay-us: the policy says wait
+  ASSERT_TRUE(Add(1, 1).ok());
+  EXPECT_EQ(scheduler_->inline_runs(), 0);
+  EXPECT_EQ(scheduler_->queued_requests(), 1) << "waits for the delay, not run inline";
+  ASSERT_TRUE(Add(2, 1).ok());
+  EXPECT_EQ(scheduler_->queued_requests(), 2);
+  scheduler_->Stop();  // runs what is queued: one batch of both, on the executor thread
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_EQ(ran_.size(), 1u);
+  EXPECT_EQ(ran_[0].ids, (std::vector<int>{1, 2}));
+  EXPECT_NE(ran_[0].thread, std::this_thread::get_id());
 }
 
 }  // namespace
