@@ -19,6 +19,7 @@
 #   bench   the fused-kernel benchmark, suite b (scripts/fused_bench.sh --suites=b)
 #   frontend  issue 15: bench/frontend_bench.py through the bundle (TCP, Unix socket) and the
 #           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
+#   mps     the frontend bench again under an MPS control daemon started for the step only
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
 # summaries (path-summary.json, compare.json/.txt, frontend.json) beside it.
@@ -43,10 +44,33 @@ say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 save() {
   tar -C "$OUT" -czf "$RESULTS/logs.tgz.part" . && mv "$RESULTS/logs.tgz.part" "$RESULTS/logs.tgz"
   for f in path/path-summary.json compare/compare.json compare/compare.txt \
-    frontend/frontend.json; do
-    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/$(basename "$f")"
+    frontend/frontend.json mps/frontend.json; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/${f%%/*}-$(basename "$f")"
   done
   return 0
+}
+# Wrappers that run the bundle's server and loadgen (for the Python benches); prints the
+# server wrapper's path.
+bundle_wrappers() {
+  local b="$root/.bundle/attn"
+  printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-server "$@"\n' "$b" >/tmp/attention-server
+  printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-loadgen "$@"\n' "$b" >/tmp/attention-loadgen
+  chmod +x /tmp/attention-server /tmp/attention-loadgen
+  echo /tmp/attention-server
+}
+# bench/frontend_bench.py through the bundle into DIR (FRONTEND_ARGS, FRONTEND_TIMEOUT).
+run_frontend() {
+  local dir=$1
+  bundle_wrappers >/dev/null
+  export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout "${FRONTEND_TIMEOUT:-420}" python3 "$root/bench/frontend_bench.py" \
+    --server-bin /tmp/attention-server --loadgen /tmp/attention-loadgen --kv-device gpu \
+    --out "$dir/frontend.json" \
+    ${FRONTEND_ARGS:---batches 1,32 --prompts 512 --new-tokens 32} \
+    >"$dir/frontend_bench.txt" 2>&1
+  echo "frontend_bench exit $?" >>"$dir/frontend_bench.txt"
+  tail -n 60 "$dir/frontend_bench.txt"
 }
 
 wheels=$(compgen -G "$root/.whl/*.whl"; compgen -G "$root/.carry/wheels/*.whl")
@@ -162,22 +186,37 @@ for step in $steps; do
       # narrows the grid (default: B 1 and 32, prompt 512, 32 new tokens).
       say "frontend"
       mkdir -p "$OUT/frontend"
-      b="$root/.bundle/attn"
-      printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-server "$@"\n' "$b" >/tmp/attention-server
-      printf '#!/usr/bin/env bash\nexec "%s/run.sh" attention-loadgen "$@"\n' "$b" >/tmp/attention-loadgen
-      chmod +x /tmp/attention-server /tmp/attention-loadgen
       export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
-      ATTN_SERVER_BIN=/tmp/attention-server timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
+      ATTN_SERVER_BIN=$(bundle_wrappers) timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
         "$root/tests/python/test_client_fastpath.py" "$root/tests/python/test_client_wire.py" -k "cuda or torch" 2>&1 | tail -n 8 |
         tee "$OUT/frontend/fastpath_cuda.txt"
-      # shellcheck disable=SC2086
-      PYTHONUNBUFFERED=1 timeout "${FRONTEND_TIMEOUT:-420}" python3 "$root/bench/frontend_bench.py" \
-        --server-bin /tmp/attention-server --loadgen /tmp/attention-loadgen --kv-device gpu \
-        --out "$OUT/frontend/frontend.json" \
-        ${FRONTEND_ARGS:---batches 1,32 --prompts 512 --new-tokens 32} \
-        >"$OUT/frontend/frontend_bench.txt" 2>&1
-      echo "frontend_bench exit $?" >>"$OUT/frontend/frontend_bench.txt"
-      tail -n 60 "$OUT/frontend/frontend_bench.txt"
+      run_frontend "$OUT/frontend"
+      ;;
+    mps)
+      # The frontend again with NVIDIA's MPS control daemon started for this step only, on a
+      # private pipe directory (only the processes of this step, which inherit
+      # CUDA_MPS_PIPE_DIRECTORY, connect to it; the GPU's settings are not touched), then
+      # stopped: do two processes that alternate on one GPU (frontend, server) lose their
+      # context switches under MPS? (the deployment question of README "Shared memory").
+      say "mps"
+      mkdir -p "$OUT/mps"
+      if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+        echo "nvidia-cuda-mps-control not found on this host: MPS not run" | tee "$OUT/mps/skipped.txt"
+      else
+        export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/mps-pipe.XXXXXX)
+        CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/mps-log.XXXXXX)
+        if nvidia-cuda-mps-control -d; then
+          echo "MPS control daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee "$OUT/mps/mps.txt"
+          run_frontend "$OUT/mps"
+          echo quit | nvidia-cuda-mps-control
+          sleep 1
+          cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps/mps-log" 2>/dev/null
+        else
+          echo "nvidia-cuda-mps-control -d failed: MPS not run" | tee "$OUT/mps/skipped.txt"
+        fi
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      fi
       ;;
     bench)
       say "bench"
