@@ -23,7 +23,8 @@
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
 # summaries (path-summary.json, compare.json/.txt, frontend.json) beside it.
 # CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step;
-# SERVE_BACKENDS (default fused) lists the serve step's backends.
+# SERVE_BACKENDS (default fused) lists the serve step's backends (fp8 verified at --tolerance
+# 0.06).
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
 # Python client) are installed into /tmp/site first. A bundle carried compressed as
 # .carry/bundle.txz (scripts/bundle.sh, then `tar -C .bundle -cJf .carry/bundle.txz attn`, to
@@ -95,8 +96,12 @@ for step in $steps; do
       say "serve"
       mkdir -p "$OUT/server"
       for backend in ${SERVE_BACKENDS:-fused}; do
-        OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" "$backend" 2>&1 |
-          tail -n 8
+        # fp8: bf16 in and out, but the kernel computes in FP8 E4M3 (relative L2 ~0.05 on
+        # normal inputs), past bf16's 1e-2; verified at 0.06 until issue 20 improves it.
+        tol=()
+        [ "$backend" = fp8 ] && tol=(--tolerance 0.06)
+        OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" "$backend" \
+          ${tol[@]+"${tol[@]}"} 2>&1 | tail -n 8
         grep -h -i "cudnn" "$OUT/server/serve-$backend-server.log" | head -n 3
       done
       ;;

@@ -27,6 +27,7 @@ struct SessionReport {
   int batch_sessions = 0;
   int batches_in_flight = 0;  ///< packed-stream: micro-batches in flight (0: other APIs)
   double verify_fraction = 0;
+  double tolerance = 0;  ///< relative L2 a verified o passes within (--tolerance or the dtype's)
   double wall_s = 0;
   int64_t sessions = 0;      // started
   int64_t sessions_ok = 0;   // every call OK

@@ -23,6 +23,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["batches_in_flight"] = r.batches_in_flight;
   j["concurrency"] = r.concurrency;
   j["verify_fraction"] = r.verify_fraction;
+  j["tolerance"] = r.tolerance;
   j["wall_s"] = r.wall_s;
   j["sessions"] = r.sessions;
   j["sessions_ok"] = r.sessions_ok;

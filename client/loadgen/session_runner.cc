@@ -168,7 +168,7 @@ bool SessionRunner::ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t p
   }
   st->Server(resp, prefill);
   if (s->verify) {
-    st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp),
+    st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp, o_.run.tolerance),
               "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
                   " position " + std::to_string(position));
   }
