@@ -10,6 +10,8 @@
 #           (BATCH_REPEATS runs, under batch/r<i>)
 #   path    issues 17/18: scripts/gpu_path_bench.sh (loadgen single-step and 64-step ExtendBatch
 #           message latency beside server and kernel time, TCP and Unix, 3 repeats, floors)
+#   multiproc  issue 18 item 5: scripts/multiproc_bench.sh (8 loadgen processes x 64 sequences,
+#           packed-stream, 2 micro-batches in flight, Unix socket; MULTIPROC_TIMEOUT, 300 s)
 #   compare issue 17: path + batch benchmarks of .carry/bundle-before.txz vs .carry/bundle.txz,
 #           interleaved, COMPARE_ROUNDS (3) rounds, medians side by side (COMPARE_PARTS:
 #           "path batch"); the path bench measures both servers with the new bundle's loadgen
@@ -21,7 +23,8 @@
 #           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
-# summaries (path-summary.json, compare.json/.txt, frontend.json) beside it.
+# summaries (path-summary.json, compare.json/.txt, frontend.json, multiproc-summary.json)
+# beside it.
 # CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step;
 # SERVE_BACKENDS (default fused) lists the serve step's backends (fp8 verified at --tolerance
 # 0.06).
@@ -44,7 +47,7 @@ say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 save() {
   tar -C "$OUT" -czf "$RESULTS/logs.tgz.part" . && mv "$RESULTS/logs.tgz.part" "$RESULTS/logs.tgz"
   for f in path/path-summary.json compare/compare.json compare/compare.txt \
-    frontend/frontend.json; do
+    frontend/frontend.json multiproc/multiproc-summary.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/$(basename "$f")"
   done
   return 0
@@ -117,6 +120,14 @@ for step in $steps; do
       say "path"
       mkdir -p "$OUT/path"
       OUT="$OUT/path" timeout 400 bash "$root/scripts/gpu_path_bench.sh" 2>&1 | tail -n 40
+      ;;
+    multiproc)
+      # Issue 18 item 5: 8 loadgen processes x 64 sequences, packed-stream (2 micro-batches
+      # in flight) over one server's Unix socket; aggregate steady rate vs the kernel-only rate.
+      say "multiproc"
+      mkdir -p "$OUT/multiproc"
+      OUT="$OUT/multiproc" timeout "${MULTIPROC_TIMEOUT:-300}" \
+        bash "$root/scripts/multiproc_bench.sh" 2>&1 | tail -n 12
       ;;
     compare)
       # Issue 17's "no slower": the request-path and batching benchmarks of two bundles
