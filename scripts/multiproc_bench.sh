@@ -14,7 +14,9 @@
 #     windows overlap and window_coverage its share of the mean window (an approximation: each
 #     process's rate is taken as uniform over its window)
 #   kernel_only_steps_per_s  steps per decode-only server batch / kernel time per batch (the
-#     server log), per loadgen decode step (/ LAYERS); ratio = aggregate / kernel-only
+#     server log), per loadgen decode step (/ LAYERS); ratio = aggregate / kernel-only. It
+#     takes batches to run one after another: where several batch threads run batches at once
+#     (the cpu KV cache) the ratio can exceed 1
 #   message p50/p99 (median and max over processes), server batch kernel p50, errors.
 # Writes ${OUT:-out}/multiproc-<i>.{json,txt}, multiproc-server.log, multiproc-summary.json.
 # No output is verified unless VERIFY_FRACTION > 0.
@@ -54,7 +56,8 @@ rm -f "$out"/multiproc-*.json "$out"/multiproc-*.txt
 # shellcheck disable=SC2086  # SERVER_ARGS is a list of flags
 "$b" attention-server --listen "unix:$dir/attn.sock" --kv-device "$KV_DEVICE" \
   --kv-cache-bytes "$KV_CACHE_BYTES" --log-level info --metrics-address "" \
-  --max-queue-requests 65536 ${SERVER_ARGS:-} 2>"$out/multiproc-server.log" &
+  --grpc-memory-bytes $((16 << 30)) --max-queue-requests 65536 ${SERVER_ARGS:-} \
+  2>"$out/multiproc-server.log" &
 spid=$!
 for _ in $(seq 1 300); do [ -S "$dir/attn.sock" ] && break; sleep 0.1; done
 if [ ! -S "$dir/attn.sock" ]; then

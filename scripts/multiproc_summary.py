@@ -27,7 +27,9 @@ layer; times in ms):
     log; else (kernel_only_source "client") the median over processes of server_batch_size p50
     / server_batch_kernel_ms p50, which counts a packed request's steps only (a server batch
     may hold several micro-batches), so it understates the kernel-only rate;
-  ratio: aggregate_steady / kernel_only (null without a kernel time), target_ratio 0.7.
+  ratio: aggregate_steady / kernel_only (null without a kernel time), target_ratio 0.7. The
+    kernel-only rate takes the batches to run one after another; where batches run at once
+    (several batch threads on the cpu KV cache) the ratio can exceed 1.
 Exit 1 when no report could be read.
 """
 import argparse
