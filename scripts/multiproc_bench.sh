@@ -25,7 +25,7 @@
 # binary name first, default the bundle's .bundle/attn/run.sh; LOADGEN_RUN: the loadgen's;
 # KV_DEVICE=cpu and tiny shapes for a CPU try; KV_CACHE_BYTES; SERVER_ARGS: extra server flags;
 # LOADGEN_TIMEOUT (s, 240) bounds each loadgen). Exit 0 when every loadgen exited 0 and the
-# summary was written. Wall time on an H200 at the defaults: well under a minute.
+# summary was written. Wall time on an H200 at the defaults: not measured yet (expected < 1 min).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
