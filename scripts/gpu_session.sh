@@ -10,6 +10,8 @@
 #           (BATCH_REPEATS runs, under batch/r<i>)
 #   path    issues 17/18: scripts/gpu_path_bench.sh (loadgen single-step and 64-step ExtendBatch
 #           message latency beside server and kernel time, TCP and Unix, 3 repeats, floors)
+#   multiproc  issue 18 item 5: scripts/multiproc_bench.sh (8 loadgen processes x 64 sequences,
+#           packed-stream, 2 micro-batches in flight, Unix socket; MULTIPROC_TIMEOUT, 300 s)
 #   compare issue 17: path + batch benchmarks of .carry/bundle-before.txz vs .carry/bundle.txz,
 #           interleaved, COMPARE_ROUNDS (3) rounds, medians side by side (COMPARE_PARTS:
 #           "path batch"); the path bench measures both servers with the new bundle's loadgen
@@ -22,9 +24,11 @@
 #   mps     the frontend bench again under an MPS control daemon started for the step only
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
-# summaries (path-summary.json, compare.json/.txt, frontend.json) beside it.
+# summaries (path-summary.json, compare.json/.txt, frontend.json, multiproc-summary.json)
+# beside it.
 # CHECK_TIMEOUT (s, default 580) bounds the check step; MODES is passed to the batch step;
-# SERVE_BACKENDS (default fused) lists the serve step's backends.
+# SERVE_BACKENDS (default fused) lists the serve step's backends (fp8 verified at --tolerance
+# 0.06).
 # Wheels carried in .whl/ (e.g. nvidia-cudnn-frontend) or .carry/wheels/ (e.g. protobuf for the
 # Python client) are installed into /tmp/site first. A bundle carried compressed as
 # .carry/bundle.txz (scripts/bundle.sh, then `tar -C .bundle -cJf .carry/bundle.txz attn`, to
@@ -44,7 +48,7 @@ say() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 save() {
   tar -C "$OUT" -czf "$RESULTS/logs.tgz.part" . && mv "$RESULTS/logs.tgz.part" "$RESULTS/logs.tgz"
   for f in path/path-summary.json compare/compare.json compare/compare.txt \
-    frontend/frontend.json mps/frontend.json; do
+    frontend/frontend.json mps/frontend.json multiproc/multiproc-summary.json; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RESULTS/${f%%/*}-$(basename "$f")"
   done
   return 0
@@ -119,8 +123,12 @@ for step in $steps; do
       say "serve"
       mkdir -p "$OUT/server"
       for backend in ${SERVE_BACKENDS:-fused}; do
-        OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" "$backend" 2>&1 |
-          tail -n 8
+        # fp8: bf16 in and out, but the kernel computes in FP8 E4M3 (relative L2 ~0.05 on
+        # normal inputs), past bf16's 1e-2; verified at 0.06 until issue 20 improves it.
+        tol=()
+        [ "$backend" = fp8 ] && tol=(--tolerance 0.06)
+        OUT="$OUT/server" timeout 120 bash "$root/scripts/gpu_serve_check.sh" "$backend" \
+          ${tol[@]+"${tol[@]}"} 2>&1 | tail -n 8
         grep -h -i "cudnn" "$OUT/server/serve-$backend-server.log" | head -n 3
       done
       ;;
@@ -136,6 +144,14 @@ for step in $steps; do
       say "path"
       mkdir -p "$OUT/path"
       OUT="$OUT/path" timeout 400 bash "$root/scripts/gpu_path_bench.sh" 2>&1 | tail -n 40
+      ;;
+    multiproc)
+      # Issue 18 item 5: 8 loadgen processes x 64 sequences, packed-stream (2 micro-batches
+      # in flight) over one server's Unix socket; aggregate steady rate vs the kernel-only rate.
+      say "multiproc"
+      mkdir -p "$OUT/multiproc"
+      OUT="$OUT/multiproc" timeout "${MULTIPROC_TIMEOUT:-300}" \
+        bash "$root/scripts/multiproc_bench.sh" 2>&1 | tail -n 12
       ;;
     compare)
       # Issue 17's "no slower": the request-path and batching benchmarks of two bundles

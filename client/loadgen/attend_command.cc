@@ -79,7 +79,7 @@ void DescribeRun(const LoadgenFlags& f, RunInfo* info) {
   info->rate = f.mode == "open" ? run.rate : 0;
   info->max_in_flight = f.mode == "open" ? run.max_in_flight : 0;
   info->verify_fraction = run.verify_fraction;
-  info->tolerance = ToleranceFor(run.shape.dtype);
+  info->tolerance = ResolveTolerance(run.tolerance, run.shape.dtype);
 }
 
 // --csv and --json; false (the reason on stderr) when one cannot be written.

@@ -160,6 +160,12 @@ void AddRunFlags(CLI::App& app, LoadgenFlags* f) {
                  "after the latency is taken)")
       ->check(InRange(0.0, 1.0))
       ->capture_default_str();
+  app.add_option("--tolerance", run.tolerance,
+                 "Relative L2 error (||o - ref|| / ||ref||) a verified output passes within "
+                 "(each row within 5x); 0: by the dtype (fp32 1e-5, fp16 2e-3, bf16 1e-2). "
+                 "E.g. 0.06 for a backend computing in FP8 on bf16 inputs")
+      ->check(InRange(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--seed", run.seed, "Seed of the inputs and of the verification sample")
       ->capture_default_str();
   app.add_option("--deadline-ms", run.deadline_ms, "Per-call deadline")

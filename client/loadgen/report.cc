@@ -207,7 +207,7 @@ std::string FormatReport(const Report& r) {
                                    std::to_string(r.mismatches) +
                                    Format(", worst rel error %.3g", r.worst_rel_error) +
                                    Format(" (worst row %.3g", r.worst_row_rel_error) +
-                                   Format(", tol %.0e)", r.info.tolerance));
+                                   Format(", tol %.3g)", r.info.tolerance));
     if (!r.first_mismatch.empty()) out << Row("  first mismatch", r.first_mismatch);
   } else {
     out << Row("verification", "off (--verify-fraction 0)");

@@ -133,7 +133,7 @@ class Runner {
         s.device = response.report().device();
         s.batch_size = response.report().batch_size();
         if (ShouldVerify(options_.seed, index, options_.verify_fraction)) {
-          const Comparison c = VerifyAttend(request, response);
+          const Comparison c = VerifyAttend(request, response, options_.tolerance);
           s.verified = true;
           s.mismatch = !c.pass;
           s.rel_error = c.rel_error;
@@ -171,7 +171,7 @@ void FillOk(const RunOptions& options, int64_t index, int64_t tokens,
   s->device = response.report().device();
   s->batch_size = response.report().batch_size();
   if (ShouldVerify(options.seed, index, options.verify_fraction)) {
-    const Comparison c = VerifyAttend(request, response);
+    const Comparison c = VerifyAttend(request, response, options.tolerance);
     s->verified = true;
     s->mismatch = !c.pass;
     s->rel_error = c.rel_error;

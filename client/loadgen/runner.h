@@ -24,6 +24,7 @@ struct RunOptions {
   double duration_s = 0;      // > 0: issue no request after this many seconds
   ModelShape shape;
   double verify_fraction = 0;
+  double tolerance = 0;  // relative L2 of a verified o; 0: by the dtype (ResolveTolerance)
   uint64_t seed = 1;
   int64_t deadline_ms = 60000;        // per-call deadline
   int64_t connect_timeout_ms = 5000;  // how long a worker waits for its channel to connect

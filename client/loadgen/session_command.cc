@@ -8,6 +8,7 @@
 #include "loadgen/dtype_codec.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/trace.h"
+#include "loadgen/verify.h"
 
 namespace attn::loadgen {
 
@@ -87,6 +88,7 @@ int RunSessionCommand(const SessionCommand& c) {
   report.batch_sessions = grouped ? session.batch_sessions : 0;
   report.batches_in_flight = session.decode_api == "packed-stream" ? session.batches_in_flight : 0;
   report.verify_fraction = run.verify_fraction;
+  report.tolerance = ResolveTolerance(run.tolerance, run.shape.dtype);
   report.planned = count;
   report.interrupted_by = Interrupt::SignalName();
   std::cout << FormatSessionReport(report) << std::flush;

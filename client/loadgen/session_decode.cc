@@ -71,9 +71,10 @@ bool SessionRunner::DecodeStream(Stub* stub, LiveSession* s, SessionStats* st) {
       }
       st->Server(result.response());
       if (s->verify) {
-        st->Check(VerifyExtend(shape_, layer, position, 1, s->key, result.response()),
-                  "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
-                      " position " + std::to_string(position));
+        st->Check(
+            VerifyExtend(shape_, layer, position, 1, s->key, result.response(), o_.run.tolerance),
+            "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
+                " position " + std::to_string(position));
       }
     }
     if (ok) {
@@ -199,7 +200,7 @@ void SessionRunner::BatchStep(Stub* stub, std::vector<LiveSession*> active, int6
       st->Server(r.response());
       if (s->verify) {
         const int64_t position = DecodePosition(s->plan, step);
-        st->Check(VerifyExtend(shape_, layer, position, 1, s->key, r.response()),
+        st->Check(VerifyExtend(shape_, layer, position, 1, s->key, r.response(), o_.run.tolerance),
                   "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
                       " position " + std::to_string(position));
       }

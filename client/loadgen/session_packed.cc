@@ -95,7 +95,7 @@ bool SessionRunner::TakePacked(const std::vector<LiveSession*>& sent, int layer,
     one.mutable_o()->set_dtype(resp.o().dtype());
     one.mutable_o()->set_data(resp.o().data().substr(j * static_cast<size_t>(row_bytes),
                                                      static_cast<size_t>(row_bytes)));
-    st->Check(VerifyExtend(shape_, layer, position, 1, s->key, one),
+    st->Check(VerifyExtend(shape_, layer, position, 1, s->key, one, o_.run.tolerance),
               "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
                   " position " + std::to_string(position));
   }

@@ -108,7 +108,7 @@ std::string FormatSessionReport(const SessionReport& r) {
            "server's --sequence-ttl-s)\n";
   }
   out << "verified               " << r.verified << " outputs, " << r.mismatches
-      << " mismatches (worst rel error " << r.worst_rel_error << ")\n";
+      << " mismatches (worst rel error " << r.worst_rel_error << ", tol " << r.tolerance << ")\n";
   if (!r.first_mismatch.empty()) out << "  first mismatch: " << r.first_mismatch << "\n";
   if (r.kv_pages_used_after >= 0) {
     out << "kv pages used after    " << r.kv_pages_used_after << "\n";

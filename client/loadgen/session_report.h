@@ -27,7 +27,9 @@ struct SessionReport {
   int batch_sessions = 0;
   int batches_in_flight = 0;  ///< packed-stream: micro-batches in flight (0: other APIs)
   double verify_fraction = 0;
+  double tolerance = 0;  ///< relative L2 a verified o passes within (--tolerance or the dtype's)
   double wall_s = 0;
+  double start_unix_s = 0;  // the run's start, wall clock (s since the Unix epoch)
   int64_t sessions = 0;      // started
   int64_t sessions_ok = 0;   // every call OK
   int64_t sessions_cut = 0;  // stopped at a step boundary by SIGINT/SIGTERM (not errors)
@@ -38,6 +40,7 @@ struct SessionReport {
   double decode_steps_per_s = 0;
   // Steady state (SteadyWindow): steps completed while every session was decoding, between the
   // last prefill's completion and the first session's end of decoding; 0 when no such window.
+  double steady_from_s = 0;  // the window's start, s after the run's start (start_unix_s)
   double steady_window_s = 0;
   int64_t steady_decode_steps = 0;
   double steady_decode_steps_per_s = 0;

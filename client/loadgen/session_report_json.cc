@@ -23,6 +23,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["batches_in_flight"] = r.batches_in_flight;
   j["concurrency"] = r.concurrency;
   j["verify_fraction"] = r.verify_fraction;
+  j["tolerance"] = r.tolerance;
   j["wall_s"] = r.wall_s;
   j["sessions"] = r.sessions;
   j["sessions_ok"] = r.sessions_ok;
@@ -34,6 +35,10 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["prefill_tokens"] = r.prefill_tokens;
   j["decode_steps"] = r.decode_steps;
   j["decode_steps_per_s"] = r.decode_steps_per_s;
+  // The window on the wall clock: [start_unix_s + steady_from_s, + steady_window_s] (several
+  // loadgens against one server intersect their windows: scripts/multiproc_summary.py).
+  j["start_unix_s"] = r.start_unix_s;
+  j["steady_from_s"] = r.steady_from_s;
   j["steady_window_s"] = r.steady_window_s;
   j["steady_decode_steps"] = r.steady_decode_steps;
   j["steady_decode_steps_per_s"] = r.steady_decode_steps_per_s;

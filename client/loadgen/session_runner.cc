@@ -31,6 +31,8 @@ SessionRunner::SessionRunner(const SessionOptions& o, const std::vector<SessionP
 
 SessionReport SessionRunner::Run() {
   start_ = Clock::now();
+  const double start_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<SessionStats> per(static_cast<size_t>(o_.run.concurrency));
   for (auto& p : per) p.start = start_;
   std::vector<std::thread> threads;
@@ -48,6 +50,7 @@ SessionReport SessionRunner::Run() {
   const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
   SessionReport r;
   FillSessionReport(all, wall, &r);
+  r.start_unix_s = start_unix_s;
   if (o_.check_kv_released) CheckKvReleased(&r);
   return r;
 }
@@ -168,7 +171,7 @@ bool SessionRunner::ExtendUnary(Stub* stub, LiveSession* s, int layer, int64_t p
   }
   st->Server(resp, prefill);
   if (s->verify) {
-    st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp),
+    st->Check(VerifyExtend(shape_, layer, position, t, s->key, resp, o_.run.tolerance),
               "sequence " + std::to_string(s->index) + " layer " + std::to_string(layer) +
                   " position " + std::to_string(position));
   }

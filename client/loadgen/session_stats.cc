@@ -87,6 +87,7 @@ void SteadyWindow(const SessionStats& all, SessionReport* r) {
   if (to <= from) return;
   int64_t n = 0;
   for (int64_t t : all.step_done_us) n += (t > from && t <= to) ? 1 : 0;
+  r->steady_from_s = static_cast<double>(from) * 1e-6;
   r->steady_window_s = static_cast<double>(to - from) * 1e-6;
   r->steady_decode_steps = n;
   r->steady_decode_steps_per_s = static_cast<double>(n) / r->steady_window_s;

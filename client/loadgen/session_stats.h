@@ -70,7 +70,8 @@ struct SessionStats {
 
 /// The steady-state decode rate: decode steps completed between the last prefill's completion
 /// and the first session's end of decoding, divided by that window (every session is decoding
-/// throughout it when --requests <= --concurrency). No window (0) otherwise.
+/// throughout it when --requests <= --concurrency); the window starts steady_from_s after the
+/// run's start. No window (0) otherwise.
 void SteadyWindow(const SessionStats& all, SessionReport* r);
 
 /// Fills the measured fields of `r` from the merged `all` over a run of `wall` seconds.

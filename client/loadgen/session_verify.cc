@@ -11,7 +11,8 @@ namespace attn::loadgen {
 namespace av1 = attention::v1;
 
 Comparison VerifyExtend(const SessionShape& s, int layer, int64_t position, int64_t t,
-                        const TokenKeyFn& key, const av1::ExtendResponse& response) {
+                        const TokenKeyFn& key, const av1::ExtendResponse& response,
+                        double tolerance) {
   const int64_t len = position + t;
   std::vector<double> q, k, v, o, ref, lse;
   DecodeValues(TokenBytes(key, layer, 0, position, t, s.n * s.h, s.dtype), s.dtype, &q);
@@ -38,7 +39,7 @@ Comparison VerifyExtend(const SessionShape& s, int layer, int64_t position, int6
   p.head_dim = s.h;
   p.causal = Causal::kBottomRight;
   ReferenceAttention(p, q, k, v, &ref, &lse);
-  return CompareOutputs(o, ref, s.h, ToleranceFor(s.dtype));
+  return CompareOutputs(o, ref, s.h, ResolveTolerance(tolerance, s.dtype));
 }
 
 }  // namespace attn::loadgen

@@ -138,8 +138,12 @@ Comparison CompareLse(const std::vector<double>& lse, const std::vector<double>&
   return c;
 }
 
+double ResolveTolerance(double requested, attention::v1::DType dtype) {
+  return requested > 0 ? requested : ToleranceFor(dtype);
+}
+
 Comparison VerifyAttend(const attention::v1::AttendRequest& request,
-                        const attention::v1::AttendResponse& response) {
+                        const attention::v1::AttendResponse& response, double tolerance) {
   if (request.layout() != attention::v1::LAYOUT_PADDED) return Fail("only PADDED is verified");
   const auto& qt = request.q();
   const auto& kt = request.k();
@@ -188,7 +192,7 @@ Comparison VerifyAttend(const attention::v1::AttendRequest& request,
   }
   std::vector<double> ref_o, ref_lse;
   ReferenceAttention(p, q, k, v, &ref_o, &ref_lse);
-  Comparison c = CompareOutputs(o, ref_o, p.head_dim, ToleranceFor(qt.dtype()));
+  Comparison c = CompareOutputs(o, ref_o, p.head_dim, ResolveTolerance(tolerance, qt.dtype()));
   if (request.return_lse()) {
     const auto& lt = response.lse();
     std::vector<double> lse;

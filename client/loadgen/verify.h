@@ -12,6 +12,11 @@ namespace attn::loadgen {
 /// Relative L2 tolerance for an output dtype: fp32 1e-5, fp16 2e-3, bf16 1e-2, fp8 6e-2.
 double ToleranceFor(attention::v1::DType dtype);
 
+/// The relative L2 tolerance a verification uses: `requested` when > 0 (--tolerance, e.g. 0.06
+/// for a backend computing in FP8 while its inputs and outputs are bf16), else
+/// ToleranceFor(dtype).
+double ResolveTolerance(double requested, attention::v1::DType dtype);
+
 /// Largest accepted absolute lse error.
 inline constexpr double kLseTolerance = 1e-3;
 
@@ -37,8 +42,10 @@ Comparison CompareLse(const std::vector<double>& lse, const std::vector<double>&
 
 /// Verifies `response` to the PADDED `request`: decodes q, k, v and the mask, runs the oracle on
 /// the exact (dtype-rounded) inputs, decodes o (and lse when requested) and compares them.
-/// A response of the wrong dtype/shape/size fails with the reason in `detail`.
+/// o passes within ResolveTolerance(tolerance, q's dtype) (relative L2; 0: the dtype's), lse
+/// within kLseTolerance whatever `tolerance` says. A response of the wrong dtype/shape/size fails
+/// with the reason in `detail`.
 Comparison VerifyAttend(const attention::v1::AttendRequest& request,
-                        const attention::v1::AttendResponse& response);
+                        const attention::v1::AttendResponse& response, double tolerance);
 
 }  // namespace attn::loadgen

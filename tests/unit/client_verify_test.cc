@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "loadgen/dtype_codec.h"
@@ -109,19 +110,56 @@ TEST(ClientVerify, VerifyAttendEndToEnd) {
     shape.return_lse = true;
     attention::v1::AttendRequest request;
     BuildAttendRequest(shape, 33, 5, &request);
-    const Comparison good = VerifyAttend(request, OracleResponse(request, 1.0));
+    const Comparison good = VerifyAttend(request, OracleResponse(request, 1.0), 0);
     EXPECT_TRUE(good.pass) << DTypeName(dtype) << ": " << good.detail;
-    const Comparison bad = VerifyAttend(request, OracleResponse(request, 1.05));
+    const Comparison bad = VerifyAttend(request, OracleResponse(request, 1.05), 0);
     EXPECT_FALSE(bad.pass) << DTypeName(dtype);
     EXPECT_NEAR(bad.rel_error, 0.05, 0.01);
 
     auto wrong_shape = OracleResponse(request, 1.0);
     wrong_shape.mutable_o()->set_shape(1, 32);
-    EXPECT_FALSE(VerifyAttend(request, wrong_shape).pass);
+    EXPECT_FALSE(VerifyAttend(request, wrong_shape, 0).pass);
     auto no_lse = OracleResponse(request, 1.0);
     no_lse.clear_lse();
-    EXPECT_FALSE(VerifyAttend(request, no_lse).pass);
+    EXPECT_FALSE(VerifyAttend(request, no_lse, 0).pass);
   }
+}
+
+TEST(ClientVerify, ToleranceOverridesTheDtypeDefault) {
+  EXPECT_EQ(ResolveTolerance(0, attention::v1::BFLOAT16), 1e-2);
+  EXPECT_EQ(ResolveTolerance(0, attention::v1::FLOAT32), 1e-5);
+  EXPECT_EQ(ResolveTolerance(0.06, attention::v1::BFLOAT16), 0.06);
+  EXPECT_EQ(ResolveTolerance(1e-7, attention::v1::FLOAT32), 1e-7);
+  // A bf16 output 5% off (as FP8 arithmetic leaves it): fails bf16's 1e-2, passes 0.06, fails
+  // 0.04 (below its error); the lse check (1e-3 absolute) is not loosened by the tolerance.
+  ModelShape shape;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 16;
+  shape.dtype = attention::v1::BFLOAT16;
+  attention::v1::AttendRequest request;
+  BuildAttendRequest(shape, 33, 5, &request);
+  const auto off = OracleResponse(request, 1.05);
+  EXPECT_FALSE(VerifyAttend(request, off, 0).pass);
+  const Comparison loose = VerifyAttend(request, off, 0.06);
+  EXPECT_TRUE(loose.pass) << loose.detail;
+  EXPECT_NEAR(loose.rel_error, 0.05, 0.01);
+  EXPECT_FALSE(VerifyAttend(request, off, 0.04).pass);
+  // The exact output fails a tolerance below its bf16 rounding error.
+  const auto exact = OracleResponse(request, 1.0);
+  const Comparison rounded = VerifyAttend(request, exact, 0);
+  ASSERT_TRUE(rounded.pass) << rounded.detail;
+  ASSERT_GT(rounded.rel_error, 0);
+  EXPECT_FALSE(VerifyAttend(request, exact, rounded.rel_error / 2).pass);
+  EXPECT_TRUE(VerifyAttend(request, exact, rounded.rel_error * 2).pass);
+  request.set_return_lse(true);
+  auto lse_off = OracleResponse(request, 1.0);
+  std::vector<float> lse(static_cast<size_t>(lse_off.lse().data().size() / 4));
+  std::memcpy(lse.data(), lse_off.lse().data().data(), lse_off.lse().data().size());
+  lse[0] += 0.01f;
+  lse_off.mutable_lse()->set_data(std::string(reinterpret_cast<const char*>(lse.data()),
+                                              lse.size() * sizeof(float)));
+  EXPECT_FALSE(VerifyAttend(request, lse_off, 0.5).pass);
 }
 
 }  // namespace
