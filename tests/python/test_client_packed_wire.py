@@ -107,6 +107,32 @@ def test_encode_packed_append_only_and_regions():
     assert not want.packed.q.data and want.packed.o_region.offset == 4096
 
 
+@pytest.mark.parametrize("value", [1, 127, 128, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 1 << 40,
+                                   (1 << 63) - 1, -1, -(1 << 63)])
+def test_encode_packed_hand_written_fields_equal_protobuf(value):
+    """The steps and scalars encode_packed writes itself: every varint length class of
+    position and query_tokens (negative int64s: 10 bytes), layer at the int32 edges, long and
+    non-ASCII ids (a step longer than 127 bytes), equal to protobuf's bytes."""
+    layer = max(-(1 << 31), min(value, (1 << 31) - 1))
+    steps = [("ab" * 16, value, 1), ("é" * 70, 5, value), ("", value, value)]
+    views = [memoryview(b"\0" * 8)] * 3
+    shapes = [(1, 2, 2)] * 3
+    got = wire.encode_packed(layer, steps, pb.FLOAT16, shapes, views, tag=3)
+    want = proto_request(layer, steps, pb.FLOAT16, [np.zeros(s, np.float16) for s in shapes],
+                         tag=3)
+    assert got == want.SerializeToString()
+
+
+@pytest.mark.parametrize("bad", [dict(layer=1 << 31), dict(position=1 << 63),
+                                 dict(tokens=-(1 << 63) - 1), dict(tag=-1), dict(tag=1 << 64)])
+def test_encode_packed_out_of_range_raises_as_protobuf(bad):
+    """Values out of their field's range raise protobuf's ValueError (nothing is sent)."""
+    steps = [("ab" * 16, bad.get("position", 0), bad.get("tokens", 1))]
+    with pytest.raises(ValueError, match="out of range"):
+        wire.encode_packed(bad.get("layer", 0), steps, pb.FLOAT16, [(1, 1, 1)] * 3,
+                           [b"ab"] * 3, tag=bad.get("tag", 0))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("append_only", [False, True])
 def test_client_request_wire_equals_protobuf_path(offline, dtype, append_only):

@@ -15,33 +15,11 @@ from ._pb import sequence_pb2_grpc as spb_grpc
 from .errors import InvalidArgument, from_rpc_error
 from .extend_calls import ExtendCalls, Phases
 from .packed_calls import PackedCalls
+from .report import Report
 from .sequence import Sequence
 
 _CAUSAL = {None: pb.CAUSAL_NONE, "none": pb.CAUSAL_NONE, "top_left": pb.CAUSAL_TOP_LEFT,
            "bottom_right": pb.CAUSAL_BOTTOM_RIGHT}
-_PHASES = ("decode_us", "queue_us", "host_to_device_us", "kernel_us", "device_to_host_us",
-           "encode_us", "total_us")
-
-
-@dataclasses.dataclass
-class Report:
-    """What ran and how long it took (the server's ExecutionReport). Times in microseconds."""
-    backend: str
-    backend_reason: str
-    batch_size: int
-    batch_tokens: int
-    flops: float
-    device: str
-    times_us: dict  # phase name (decode, queue, host_to_device, kernel, device_to_host,
-                    # encode, total) → µs
-
-    @classmethod
-    def from_pb(cls, r):
-        return cls(backend=r.backend, backend_reason=r.backend_reason, batch_size=r.batch_size,
-                   batch_tokens=r.batch_tokens, flops=r.flops, device=r.device,
-                   times_us={p[:-3]: getattr(r.times, p) for p in _PHASES})
-
-
 @dataclasses.dataclass
 class AttendResult:
     """Result of :meth:`AttentionClient.attend`.

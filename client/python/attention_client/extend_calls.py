@@ -63,11 +63,11 @@ class ExtendCalls:
     @staticmethod
     def _position(seq, layer, position):
         if position is None:
-            if not 0 <= int(layer) < len(seq.layer_lengths):
-                raise InvalidArgument(
-                    f"layer: expected [0, {len(seq.layer_lengths)}), got {layer}",
-                    method="Extend")
-            position = seq._lengths[layer]
+            lens = seq._lengths
+            if not 0 <= int(layer) < len(lens):
+                raise InvalidArgument(f"layer: expected [0, {len(lens)}), got {layer}",
+                                      method="Extend")
+            position = lens[layer]
         return int(position)
 
     def _extend_request(self, seq, layer, position, q, k, v):

@@ -100,6 +100,15 @@ _QKV_KEYS = tuple(_key(f, _LEN) for f in _QKV)
 _STEPS_KEY = _key(_STEPS, _LEN)
 _PACKED_KEY = _key(_PACKED, _LEN)
 _PACKED_QKV_KEYS = tuple(_key(f, _LEN) for f in _PACKED_QKV)
+_PK_LAYER_KEY = _key(_field(spb.PackedExtendBatch, "layer", _d.FieldDescriptor.TYPE_INT32),
+                     _VARINT)
+_PK_STEPS_KEY = _key(_field(spb.PackedExtendBatch, "steps", _d.FieldDescriptor.TYPE_MESSAGE),
+                     _LEN)
+_PS_POS_KEY = _key(_field(spb.PackedStep, "position", _d.FieldDescriptor.TYPE_INT64), _VARINT)
+_PS_N_KEY = _key(_field(spb.PackedStep, "query_tokens", _d.FieldDescriptor.TYPE_INT64),
+                 _VARINT)
+_APPEND_ONLY = spb.PackedExtendBatch(append_only=True).SerializeToString()
+_TAG_KEY = _key(_field(spb.ExtendBatchRequest, "tag", _d.FieldDescriptor.TYPE_UINT64), _VARINT)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,7 +116,8 @@ def _tensor_prefix(key, wire, shape, n):
     """Everything of a q/k/v field before its n data bytes: key, length, and the Tensor's
     dtype and shape (serialised by protobuf), data key and length. Cached: the shapes of one
     model's calls repeat."""
-    th = pb.Tensor(dtype=wire, shape=shape).SerializeToString() + _DATA_KEY + varint(n)
+    th = pb.Tensor(dtype=wire, shape=[int(d) for d in shape]).SerializeToString() + \
+        _DATA_KEY + varint(n)
     return key + varint(len(th) + n) + th
 
 
@@ -146,6 +156,61 @@ def encode_batch(steps):
     return b"".join(parts)
 
 
+def _varint64(n):
+    """An int64/int32 field value → its varint bytes (negative: 10 bytes, two's complement,
+    as protobuf writes them). Values under 2^21 (positions, token counts) take a short path."""
+    if 0 <= n < 0x80:
+        return _SMALL[n]
+    if 0 < n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if 0 < n < 0x200000:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
+    return varint(n & 0xFFFFFFFFFFFFFFFF)
+
+
+_SMALL = tuple(bytes((i,)) for i in range(0x80))
+_I32_LIM, _I64_LIM = 1 << 31, 1 << 63
+_STEP_IDS = {}
+
+
+def _step_id(sid):
+    """The sequence_id field of a PackedStep, serialised by protobuf (its type checks and
+    UTF-8 encoding); kept per id (the cache is emptied past 4096 ids)."""
+    b = _STEP_IDS.get(sid)
+    if b is None:
+        b = spb.PackedStep(sequence_id=sid).SerializeToString()
+        if len(_STEP_IDS) >= 4096:
+            _STEP_IDS.clear()
+        _STEP_IDS[sid] = b
+    return b
+
+
+def _packed_head(layer, steps):
+    """PackedExtendBatch(layer, steps).SerializeToString(), written by hand: layer (int32) and
+    per step ``tag(steps, LEN) varint(len) id position query_tokens``, zero values left out as
+    protobuf does. A value out of its field's range goes to protobuf (which raises)."""
+    if not -_I32_LIM <= layer < _I32_LIM:
+        return _packed_head_pb(layer, steps)
+    parts = [_PK_LAYER_KEY, _varint64(layer)] if layer else []
+    for sid, pos, n in steps:
+        if not (-_I64_LIM <= pos < _I64_LIM and -_I64_LIM <= n < _I64_LIM):
+            return _packed_head_pb(layer, steps)
+        body = _step_id(sid) + (_PS_POS_KEY + _varint64(pos) if pos else b"") + \
+            (_N_FIELDS[n] if 0 <= n < 0x80 else _PS_N_KEY + _varint64(n))
+        parts += (_PK_STEPS_KEY, _SMALL[len(body)] if len(body) < 0x80 else varint(len(body)),
+                  body)
+    return b"".join(parts)
+
+
+_N_FIELDS = (b"",) + tuple(_PS_N_KEY + _SMALL[i] for i in range(1, 0x80))
+
+
+def _packed_head_pb(layer, steps):
+    return spb.PackedExtendBatch(
+        layer=layer, steps=[spb.PackedStep(sequence_id=sid, position=pos, query_tokens=n)
+                            for sid, pos, n in steps]).SerializeToString()
+
+
 def encode_packed(layer, steps, wire, shapes, views, *, append_only=False, tag=0,
                   regions=None):
     """One serialised attention.v1.ExtendBatchRequest with `packed` set (bytes).
@@ -157,34 +222,41 @@ def encode_packed(layer, steps, wire, shapes, views, *, append_only=False, tag=0
     regions: None or a dict "q"/"k"/"v"/"o" → pb RegionSlice message (or (region_id, offset,
     bytes)). The fields come out in field-number order (layer, steps, q, k, v, append_only,
     regions) and the request's tag after `packed`, so the bytes equal protobuf's own
-    serialisation; the tensor bytes are copied once (the final join)."""
-    head = spb.PackedExtendBatch(
-        layer=int(layer), steps=[spb.PackedStep(sequence_id=sid, position=int(pos),
-                                                query_tokens=int(n))
-                                 for sid, pos, n in steps]).SerializeToString()
-    parts, total = [head], len(head)
+    serialisation; the tensor bytes are copied once (the final join). The scalar fields and
+    the steps are written here (ids serialised by protobuf once each, cached); the tensors'
+    dtype and shape come from protobuf too (cached per shape)."""
+    head = _packed_head(int(layer), [(sid, int(pos), int(n)) for sid, pos, n in steps])
+    parts, total = [_PACKED_KEY, None, head], len(head)
+    wire = int(wire)
     for key, shape, view in zip(_PACKED_QKV_KEYS, shapes, views):
         if shape is None:
             continue
         n = 0 if view is None else len(view)
-        pre = _tensor_prefix(key, int(wire), tuple(int(d) for d in shape), n) if n else \
-            _tensor_head(key, int(wire), tuple(int(d) for d in shape))
+        pre = _tensor_prefix(key, wire, shape, n) if n else _tensor_head(key, wire, shape)
         parts.append(pre)
         total += len(pre) + n
         if n:
             parts.append(view)
-    tail = spb.PackedExtendBatch(append_only=bool(append_only),
-                                 **_region_fields(regions)).SerializeToString()
-    parts.append(tail)
-    total += len(tail)
-    end = spb.ExtendBatchRequest(tag=int(tag)).SerializeToString()
-    return b"".join([_PACKED_KEY, varint(total)] + parts + [end])
+    if regions:
+        tail = spb.PackedExtendBatch(append_only=bool(append_only),
+                                     **_region_fields(regions)).SerializeToString()
+    else:
+        tail = _APPEND_ONLY if append_only else b""
+    if tail:
+        parts.append(tail)
+        total += len(tail)
+    parts[1] = varint(total)
+    tag = int(tag)
+    if tag:
+        parts.append(_TAG_KEY + varint(tag) if 0 < tag < 1 << 64 else
+                     spb.ExtendBatchRequest(tag=tag).SerializeToString())
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=256)
 def _tensor_head(key, wire, shape):
     """A q/k/v field carrying dtype and shape only (no data field)."""
-    th = pb.Tensor(dtype=wire, shape=shape).SerializeToString()
+    th = pb.Tensor(dtype=wire, shape=[int(d) for d in shape]).SerializeToString()
     return key + varint(len(th)) + th
 
 

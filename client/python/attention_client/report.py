@@ -1,0 +1,29 @@
+"""Report: what ran on the server and how long it took (its ExecutionReport), as every result
+of the client carries it (AttendResult, ExtendResult, PackedResult)."""
+import dataclasses
+
+_PHASES = ("decode_us", "queue_us", "host_to_device_us", "kernel_us", "device_to_host_us",
+           "encode_us", "total_us")
+
+
+@dataclasses.dataclass
+class Report:
+    """What ran and how long it took (the server's ExecutionReport). Times in microseconds."""
+    backend: str
+    backend_reason: str
+    batch_size: int
+    batch_tokens: int
+    flops: float
+    device: str
+    times_us: dict  # phase name (decode, queue, host_to_device, kernel, device_to_host,
+                    # encode, total) → µs
+
+    @classmethod
+    def from_pb(cls, r):
+        t = r.times  # keys: _PHASES less "_us", spelled out (cheaper than a getattr loop)
+        return cls(backend=r.backend, backend_reason=r.backend_reason, batch_size=r.batch_size,
+                   batch_tokens=r.batch_tokens, flops=r.flops, device=r.device,
+                   times_us={"decode": t.decode_us, "queue": t.queue_us,
+                             "host_to_device": t.host_to_device_us, "kernel": t.kernel_us,
+                             "device_to_host": t.device_to_host_us, "encode": t.encode_us,
+                             "total": t.total_us})
