@@ -33,20 +33,18 @@
 #include "backends/paged/device_kv_memory.h"
 #include "device/device_pool.h"
 #include "kv_cache/host_pool.h"
+#include "paged_step_kit.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
-
-bool HaveDevice() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+using paged_test::Config;
+using paged_test::FillStep;
+using paged_test::HaveDevice;
+using paged_test::OwnedStep;
+using paged_test::Random;
+using paged_test::SequenceConfigFor;
 
 /// One KV cache: memory, pages, store and compute.
 struct Side {
@@ -87,29 +85,10 @@ class GpuPagedAttentionTest : public ::testing::Test {
   Side cpu_, gpu_;
 };
 
-struct Config {
-  DType dtype;
-  DType kv_dtype;
-  int32_t num_heads, num_kv_heads, head_dim;
-};
-
 std::string Name(const Config &c) {
   return std::string(kernels::DTypeName(c.dtype)) + "/" + kernels::DTypeName(c.kv_dtype) +
          " N" + std::to_string(c.num_heads) + " K" + std::to_string(c.num_kv_heads) + " H" +
          std::to_string(c.head_dim);
-}
-
-/// A sequence of `num_layers` layers with c's heads, head dim and dtypes, scale 1/sqrt(H).
-SequenceConfig SequenceConfigFor(const Config &c, int32_t num_layers) {
-  SequenceConfig sc;
-  sc.num_layers = num_layers;
-  sc.num_kv_heads = c.num_kv_heads;
-  sc.head_dim = c.head_dim;
-  sc.num_heads = c.num_heads;
-  sc.dtype = c.dtype;
-  sc.kv_dtype = c.kv_dtype;
-  sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  return sc;
 }
 
 double Tolerance(const Config &c) {
@@ -118,33 +97,13 @@ double Tolerance(const Config &c) {
   return c.dtype == DType::kFloat16 ? 4e-3 : 2e-2;
 }
 
-/// Random (T, heads, H) tensor of `dtype` bits, normal(0, 1).
-std::string Random(std::mt19937 &rng, DType dtype, int64_t n) {
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::string out(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
-  for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(out.data(), dtype, i, nd(rng));
-  return out;
-}
-
 /// Runs one step on both sides with the same inputs; checks agreement and finiteness.
 void Step(Side &cpu, Side &gpu, const std::string &cpu_id, const std::string &gpu_id,
           const Config &c, int32_t layer, int64_t position, int64_t T, std::mt19937 &rng,
           const std::string &what) {
-  ExtendArgs a;
-  a.layer = layer;
-  a.position = position;
-  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
-  a.q_shape = {T, c.num_heads, c.head_dim};
-  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
-  const std::string q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
-  const std::string k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  const std::string v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.q_bytes = q.size();
-  a.k_bytes = k.size();
-  a.v_bytes = v.size();
+  OwnedStep st;
+  FillStep(&st, c, layer, position, T, rng);
+  ExtendArgs &a = st.args;
   std::string o_cpu, o_gpu;
   ExtendOutcome out_cpu, out_gpu;
   a.sequence_id = cpu_id;
@@ -237,31 +196,6 @@ TEST_F(GpuPagedAttentionTest, ExtendMatchesCpuThroughLifecycle) {
   for (const KvClassStats &st : gpu_.pages->Stats()) {
     EXPECT_EQ(st.pages_used, 0) << st.layout.ToString() << ": pages still in use after release";
   }
-}
-
-/// One step's inputs, owned (the args point into the strings).
-struct OwnedStep {
-  ExtendArgs args;
-  std::string q, k, v;
-};
-
-void FillStep(OwnedStep *st, const Config &c, int32_t layer, int64_t position, int64_t T,
-              std::mt19937 &rng) {
-  ExtendArgs &a = st->args;
-  a.layer = layer;
-  a.position = position;
-  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
-  a.q_shape = {T, c.num_heads, c.head_dim};
-  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
-  st->q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
-  st->k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  st->v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  a.q = st->q.data();
-  a.k = st->k.data();
-  a.v = st->v.data();
-  a.q_bytes = st->q.size();
-  a.k_bytes = st->k.size();
-  a.v_bytes = st->v.size();
 }
 
 // One batch (RunExtendSteps: one append launch, one attention call) mixing decode (T=1),

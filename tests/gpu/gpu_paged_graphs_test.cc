@@ -28,20 +28,17 @@
 #include "device/device_pool.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
+#include "paged_step_kit.h"
 
 namespace attn {
 namespace {
 
 using kernels::DType;
-
-bool HaveDevice() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
+using paged_test::Config;
+using paged_test::FillStep;
+using paged_test::HaveDevice;
+using paged_test::OwnedStep;
+using paged_test::SequenceConfigFor;
 
 constexpr int64_t kPoolBytes = 256ll << 20;
 constexpr int32_t kPageTokens = 16;
@@ -54,43 +51,11 @@ struct Side {
   std::unique_ptr<GpuPagedAttention> compute;
 };
 
-struct Config {
-  DType dtype, kv_dtype;
-  int32_t num_heads, num_kv_heads, head_dim;
-};
-
-std::string Random(std::mt19937 &rng, DType dtype, int64_t n) {
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::string out(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
-  for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(out.data(), dtype, i, nd(rng));
-  return out;
-}
-
-/// One step's inputs, owned.
-struct OwnedStep {
-  ExtendArgs args;
-  std::string q, k, v;
-};
-
 OwnedStep MakeStep(const Config &c, int64_t position, int64_t T, bool append_only,
                    std::mt19937 &rng) {
   OwnedStep st;
-  ExtendArgs &a = st.args;
-  a.layer = 0;
-  a.position = position;
-  a.q_dtype = a.k_dtype = a.v_dtype = c.dtype;
-  a.q_shape = {T, c.num_heads, c.head_dim};
-  a.k_shape = a.v_shape = {T, c.num_kv_heads, c.head_dim};
-  st.q = Random(rng, c.dtype, T * c.num_heads * c.head_dim);
-  st.k = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  st.v = Random(rng, c.dtype, T * c.num_kv_heads * c.head_dim);
-  a.q = st.q.data();
-  a.k = st.k.data();
-  a.v = st.v.data();
-  a.q_bytes = st.q.size();
-  a.k_bytes = st.k.size();
-  a.v_bytes = st.v.size();
-  if (append_only) SetAppendOnly(&a);
+  FillStep(&st, c, 0, position, T, rng);
+  if (append_only) SetAppendOnly(&st.args);
   return st;
 }
 
@@ -162,14 +127,7 @@ TEST_F(GpuPagedGraphsTest, ReplaysMatchPlainLaunchesAcrossEveryLayoutBoundary) {
   for (const Config &c : configs) {
     const std::string name = std::string(kernels::DTypeName(c.dtype)) + "/" +
                              kernels::DTypeName(c.kv_dtype) + " N" + std::to_string(c.num_heads);
-    SequenceConfig sc;
-    sc.num_layers = 1;
-    sc.num_kv_heads = c.num_kv_heads;
-    sc.head_dim = c.head_dim;
-    sc.num_heads = c.num_heads;
-    sc.dtype = c.dtype;
-    sc.kv_dtype = c.kv_dtype;
-    sc.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    const SequenceConfig sc = SequenceConfigFor(c, 1);
     std::string ids[2][3];
     for (int side = 0; side < 2; ++side) {
       for (int j = 0; j < 3; ++j) {
