@@ -69,6 +69,12 @@ def extend(t, n=2, k=1, h=8, dtype=pb.FLOAT32, layer=0, position=0, sequence_id=
                              v=tensor((t, k, h), dtype))
 
 
+def append_only(t, k=1, h=8, dtype=pb.FLOAT32, position=0):
+    """An append-only step: k/v only, q unset (nothing attended, no output)."""
+    return spb.ExtendRequest(position=position, append_only=True, k=tensor((t, k, h), dtype),
+                             v=tensor((t, k, h), dtype))
+
+
 def seeds():
     out = {}
     # Attend, valid.
@@ -130,7 +136,6 @@ def seeds():
     files["extend_shape_mismatch"] = script(2, 0x00, create(), extend(1, n=4))
     files["extend_unknown_id"] = script(2, 0x00, create(), extend(1, sequence_id="0" * 32))
     files["extend_bad_id"] = script(2, 0x00, create(), extend(1, sequence_id="not-an-id"))
-
     # ExtendBatch scripts.
     batch = spb.ExtendBatchRequest(steps=[extend(1), extend(2), extend(1)])
     files["batch_three"] = script(3, 0x00, create(), batch)
@@ -140,6 +145,16 @@ def seeds():
                                           extend(1, sequence_id="a" * 32)])
     files["batch_duplicate"] = script(3, 0x00, create(), batch)
     files["batch_empty"] = script(3, 0x00, create(), spb.ExtendBatchRequest())
+
+    # Append-only Extend scripts (last, so the RNG draws of the seeds above stay the same).
+    files["extend_append_only"] = script(2, 0x0f, create(), append_only(3))
+    files["extend_append_only_bf16_gqa"] = script(2, 0x23, create(n=4, k=2, h=4,
+                                                                  dtype=pb.BFLOAT16),
+                                                  append_only(5, k=2, h=4, dtype=pb.BFLOAT16))
+    with_q = append_only(1)
+    with_q.q.CopyFrom(tensor((1, 2, 8)))
+    files["extend_append_only_with_q"] = script(2, 0x00, create(), with_q)
+
     return files
 
 

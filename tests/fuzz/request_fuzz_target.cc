@@ -216,14 +216,20 @@ std::vector<std::string> CreateSequences(World& w, const pb::CreateSequenceReque
 Status RunExtend(World& w, const pb::ExtendRequest& r, attn::ExtendOutcome* out) {
   auto args = attn::ValidateExtend(r);
   if (!args.ok()) return args.status();
-  for (const pb::Tensor* t : {&r.q(), &r.k(), &r.v()}) {
+  // An append-only step has no q (the proto requires it unset): only k and v carry bytes, and
+  // the step returns no output.
+  std::vector<const pb::Tensor*> tensors = {&r.k(), &r.v()};
+  if (!r.append_only()) tensors.push_back(&r.q());
+  for (const pb::Tensor* t : tensors) {
     Require(TensorBytes(*t) == static_cast<__int128>(t->data().size()),
             "validated Extend tensor's data size differs from shape x dtype size");
   }
+  Require(!r.append_only() || !r.has_q(), "an append-only Extend with q passed validation");
   std::string o;
   Status s = attn::ExtendStep(w.store.get(), &w.paged, kOwner, *args, &o, out);
   if (s.ok()) {
-    Require(o.size() == r.q().data().size(), "Extend output size differs from q's");
+    Require(o.size() == (r.append_only() ? 0 : r.q().data().size()),
+            "Extend output size differs from q's (empty for append-only)");
   } else {
     Require(s.code() != attn::StatusCode::kInternal, "ExtendStep returned INTERNAL");
   }
@@ -262,7 +268,8 @@ void FuzzExtend(World& w, const uint8_t* data, size_t size) {
   attn::ExtendOutcome out;
   Status s = RunExtend(w, r, &out);
   if (s.ok()) {
-    Require(out.length == r.position() + r.q().shape(0), "length != position + T after Extend");
+    const int64_t t = r.append_only() ? r.k().shape(0) : r.q().shape(0);  // validated rank 3
+    Require(out.length == r.position() + t, "length != position + T after Extend");
     if (ops & 1) {  // exact replay: same result, nothing appended
       attn::ExtendOutcome again;
       Require(RunExtend(w, r, &again).ok() && again.replayed && again.length == out.length,
