@@ -34,6 +34,7 @@
 #include "kv_cache/sequence_store.h"
 #include "metrics/build_info.h"
 #include "metrics/metrics.h"
+#include "metrics/metrics_http_server.h"
 #include "service/shadow_checker.h"
 #include "security/server_security.h"
 #include "service/attention_service.h"
@@ -347,15 +348,28 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   return 0;
 }
 
-// --listen and --health-address (startup/listen_address.h), and a unix:PATH's file, before
-// anything heavy starts: a bad one exits 2 at once.
+// --listen and --health-address (startup/listen_address.h), the form of --metrics-address
+// (binding it comes later: a port in use is an error only when the flag was given), and a
+// unix:PATH's file, before anything heavy starts: a bad one exits 2 at once.
 int CheckListenAddresses(const attn::ServerConfig& config) {
-  auto s = attn::startup::CheckListenAddress("--listen", config.listen_address, true);
+  // An error about a value that came from its ATTN_* variable names the variable.
+  auto sourced = [&config](const std::string& flag, attn::Status s) {
+    auto it = config.env_sources.find(flag);
+    if (s.ok() || it == config.env_sources.end()) return s;
+    return attn::Status(s.code(), it->second + ": " + s.message());
+  };
+  auto s = sourced("listen",
+                   attn::startup::CheckListenAddress("--listen", config.listen_address, true));
   if (s.ok() && !config.health_address.empty()) {
-    s = attn::startup::CheckListenAddress("--health-address", config.health_address, false);
+    s = sourced("health-address", attn::startup::CheckListenAddress(
+                                      "--health-address", config.health_address, false));
+  }
+  if (s.ok() && !config.metrics_address.empty()) {
+    s = sourced("metrics-address",
+                attn::metrics::MetricsHttpServer::CheckAddress(config.metrics_address));
   }
   if (s.ok() && attn::IsUnixAddress(config.listen_address)) {
-    s = attn::PrepareUnixSocket(attn::UnixSocketPath(config.listen_address));
+    s = sourced("listen", attn::PrepareUnixSocket(attn::UnixSocketPath(config.listen_address)));
   }
   if (s.ok()) return kContinue;
   spdlog::critical("{}", s.ToString());

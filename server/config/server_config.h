@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace attn {
@@ -45,6 +46,11 @@ struct ServerConfig {
   std::string replica_tag;
   std::string metrics_address = "127.0.0.1:9464";  ///< Prometheus /metrics; empty disables
   bool metrics_address_given = false;  ///< --metrics-address was given: failing to bind is fatal
+  /// Flags whose value came from their ATTN_* variable, not the command line: long name
+  /// ("metrics-address") → "environment variable ATTN_METRICS_ADDRESS=v (for
+  /// --metrics-address)". Checks made after parsing (the listen and metrics addresses) prefix
+  /// their errors with it, as parse errors are.
+  std::map<std::string, std::string> env_sources;
   double shadow_check_fraction = 0.0;  ///< share of Attend calls re-checked on the cpu reference
   // Paged KV cache and SequenceService (sequence.proto, DESIGN.md §7).
   int64_t kv_cache_bytes = 1ll << 30;  ///< KV page memory (host, or carved from the GPU pool)

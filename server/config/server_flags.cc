@@ -350,6 +350,14 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   if (!on_command_line && EnvSetEmpty("metrics-address")) c->metrics_address.clear();
   if (app.count("--cudnn-warmup") == 0 && EnvSetEmpty("cudnn-warmup")) c->cudnn_warmup.clear();
   c->metrics_address_given = on_command_line;
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty() || opt->get_envname().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    const char* v = std::getenv(opt->get_envname().c_str());
+    if (v == nullptr || *v == '\0' || OnCommandLine(name, argc, argv)) continue;
+    c->env_sources[name] =
+        "environment variable " + opt->get_envname() + "=" + v + " (for --" + name + ")";
+  }
   if (app.count("--grpc-memory-bytes") == 0) {  // its default follows --max-message-bytes too
     c->grpc_memory_bytes = DefaultGrpcMemoryBytes(ProcessMemoryLimit(), c->max_message_bytes);
   }

@@ -49,7 +49,11 @@ std::string Response(const char* status, const char* content_type, const std::st
 
 }  // namespace
 
-StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
+namespace {
+
+// "host:port" as Start binds it: IPv4 literal, "localhost" or empty (every interface); port in
+// [0, 65535].
+StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return InvalidArgument("--metrics-address: expected host:port, got \"" + address + "\"");
@@ -70,6 +74,19 @@ StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
     return InvalidArgument("--metrics-address: expected an IPv4 address, got \"" + host + "\"");
   }
+  return addr;
+}
+
+}  // namespace
+
+Status MetricsHttpServer::CheckAddress(const std::string& address) {
+  return ParseAddress(address).status();
+}
+
+StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
+  auto parsed = ParseAddress(address);
+  if (!parsed.ok()) return parsed.status();
+  sockaddr_in addr = *parsed;
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Unavailable(std::string("metrics: socket: ") + std::strerror(errno));
   const int one = 1;

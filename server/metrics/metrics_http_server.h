@@ -37,6 +37,9 @@ class MetricsHttpServer {
   /// serving. Returns the bound port. Errors: INVALID_ARGUMENT for a malformed address,
   /// UNAVAILABLE when the socket cannot be bound.
   StatusOr<int> Start(const std::string& address);
+  /// Start's address checks alone (binds nothing), for start-up to refuse a malformed
+  /// --metrics-address before anything heavy starts. OK or Start's INVALID_ARGUMENT.
+  static Status CheckAddress(const std::string& address);
   /// Stops serving and joins the thread (idempotent).
   void Stop();
 

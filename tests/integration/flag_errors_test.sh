@@ -52,11 +52,12 @@ expect 2 "--kv-cache-bytes: must be in [65536, 17592186044416], got 12" "$server
 expect 2 "--drain-timeout-s: must be a finite number, got nan" "$server" --drain-timeout-s nan
 expect 2 "environment variable ATTN_SEQUENCE_TTL_S=-1 (for --sequence-ttl-s): --sequence-ttl-s: \
 must be in [0, 1000000000], got -1" env ATTN_SEQUENCE_TTL_S=-1 "$server"
-# Listen addresses: refused before the backends, the KV cache or metrics start (no such log
-# line), exit 2.
+# Listen and metrics addresses: refused before the backends, the KV cache or metrics start (no
+# such log line), exit 2.
 expect 2 '--listen: host "nothost" does not resolve' "$server" --listen nothost:50051
 expect_quiet_start() {
-  if grep -qiE 'backend|kv cache|kv_cache|metrics' "$out"; then
+  # ("metrics: http..." or "metrics are not served", not the --metrics-address error itself)
+  if grep -qiE 'backend|kv cache|kv_cache|metrics: |metrics are not' "$out"; then
     echo "FAIL: $1 started something first:"; head -5 "$out"; failures=$((failures + 1))
   fi
 }
@@ -72,6 +73,14 @@ expect 2 '--health-address: host "nothost" does not resolve' "$server" --listen 
   --health-address nothost:8081
 expect 2 "--health-address: expected host:port (no unix: socket)" "$server" \
   --listen 127.0.0.1:0 --health-address unix:/tmp/h.sock
+expect 2 'environment variable ATTN_LISTEN=nothost:1 (for --listen): --listen: host "nothost"' \
+  env ATTN_LISTEN=nothost:1 "$server"
+expect 2 '--metrics-address: expected an IPv4 address, got "nothost"' "$server" \
+  --listen 127.0.0.1:0 --metrics-address nothost:9090
+expect_quiet_start "--metrics-address nothost:9090"
+expect 2 "environment variable ATTN_METRICS_ADDRESS=0.0.0.0:x (for --metrics-address): \
+--metrics-address: port must be in [0, 65535]" env ATTN_METRICS_ADDRESS=0.0.0.0:x \
+  "$server" --listen 127.0.0.1:0
 
 # attention-loadgen (ParseLoadgenFlags), main command and sweep subcommand.
 expect 2 "The following argument was not expected: --no-such-flag" "$loadgen" --no-such-flag
