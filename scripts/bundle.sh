@@ -13,6 +13,10 @@ out=${2:-$root/.bundle/attn}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 cp "$build/server/attention-server" "$build/client/attention-loadgen" "$out/bin/"
+# The protos with their comments, for grpcurl -protoset (proto/CMakeLists.txt).
+if [ -f "$build/proto/attention.protoset" ]; then
+  mkdir -p "$out/share" && cp "$build/proto/attention.protoset" "$out/share/"
+fi
 # Server-side GPU tests (they link the server runtime, so they cannot be built on the host).
 for t in "$build"/tests/gpu/gpu_*_test; do
   if [ -x "$t" ]; then cp "$t" "$out/bin/"; fi
