@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "service/sequence_service.h"
+#include "service/stream_end_status.h"
 #include "validation/sequence_validator.h"
 
 namespace attn {
@@ -192,23 +193,9 @@ class SequenceServiceImpl::BatchStreamReactor
     pb::ExtendBatchResponse response;
   };
 
-  static grpc::Status ShuttingDown() {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "server is shutting down: this stream is closed; the sequences of this "
-                        "replica go with it (open them on another replica)");
-  }
-  static grpc::Status Revoked() {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "the token of this stream's identity was revoked (the token file was "
-                        "reloaded without it): the stream is closed and the identity's sequences "
-                        "were released");
-  }
-  grpc::Status ClientGone() const {
-    if (std::chrono::system_clock::now() >= context_->deadline()) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed");
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-  }
+  static grpc::Status ShuttingDown() { return stream_end::ShuttingDown(); }
+  static grpc::Status Revoked() { return stream_end::Revoked(); }
+  grpc::Status ClientGone() const { return stream_end::ClientGone(*context_); }
 
   /// The request `job` ended with `s`: its response (request-level errors as code and message)
   /// is serialised and written, or queued behind the write outstanding.

@@ -15,6 +15,7 @@
 
 #include "service/extend_response.h"
 #include "service/sequence_service.h"
+#include "service/stream_end_status.h"
 #include "validation/sequence_validator.h"
 
 namespace attn {
@@ -163,24 +164,9 @@ class SequenceServiceImpl::StreamReactor
   }
 
  private:
-  static grpc::Status ShuttingDown() {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "server is shutting down: this stream is closed; the sequences of this "
-                        "replica go with it (open them on another replica)");
-  }
-  static grpc::Status Revoked() {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "the token of this stream's identity was revoked (the token file was "
-                        "reloaded without it): the stream is closed and the identity's sequences "
-                        "were released");
-  }
-  /// The status a client that cancelled (or whose deadline passed) sees.
-  grpc::Status ClientGone() const {
-    if (std::chrono::system_clock::now() >= context_->deadline()) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed");
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-  }
+  static grpc::Status ShuttingDown() { return stream_end::ShuttingDown(); }
+  static grpc::Status Revoked() { return stream_end::Revoked(); }
+  grpc::Status ClientGone() const { return stream_end::ClientGone(*context_); }
   /// Finishes the stream once and counts it (one ExtendStream observation per stream). Called
   /// with mu_ held.
   void End(const grpc::Status &st) {
