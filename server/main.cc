@@ -146,7 +146,9 @@ attn::metrics::Registration RegisterKvGauges(attn::metrics::Metrics* metrics,
                                    std::to_string(c.layout.head_dim) + "_" +
                                    attn::kernels::DTypeName(c.layout.kv_dtype),
                                c.pages_total, c.pages_used});
+      stats.used_page_bytes += c.pages_used * 2 * c.page_bytes;  // a K and a V page each
     }
+    stats.pool_bytes = static_cast<int64_t>(sequences->pool()->pool_bytes());
     stats.sequences = sequences->live_sequences();
     stats.revoked_sequences = sequences->revocations();
     for (const auto& [kind, budget] :

@@ -23,7 +23,7 @@
 //       (dense bf16/fp16 tensor peak and memory bandwidth of a known device; 0 if unknown)
 //   attn_kv_capacity_pages{layout_class}, attn_kv_used_pages{layout_class},
 //   attn_kv_sequences                                        gauges (RegisterKvCache)
-//   attn_kv_used_ratio                                       gauge: used / capacity pages
+//   attn_kv_used_ratio                                       gauge: bytes of pages in use / pool
 //       over every layout class (0 with no capacity), for alerts and the HPA
 //   attn_kv_host_used_bytes{kind}, attn_kv_host_capacity_bytes{kind}   gauges (RegisterKvCache):
 //       host memory of the KV cache outside its pages, kind "replay_outputs"
@@ -155,6 +155,12 @@ struct KvCacheStats {
     int64_t used_pages = 0;
   };
   std::vector<PageClass> classes;
+  /// Bytes of the pages in use (K and V, every class) and the whole KV pool's size
+  /// (--kv-cache-bytes or its carve of the device pool): attn_kv_used_ratio is their quotient.
+  /// Not pages over capacity_pages: a class's capacity is only the pages carved for it so far,
+  /// so that quotient reads ~1 while most of the pool is still free.
+  int64_t used_page_bytes = 0;
+  int64_t pool_bytes = 0;
   int64_t sequences = 0;  ///< live sequences
   /// Sequences released because their owner's last token was revoked (since start; a counter).
   int64_t revoked_sequences = 0;

@@ -59,8 +59,8 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
   auto kv_cap = GaugeFamily("attn_kv_capacity_pages", "KV-cache pages per layout class.");
   auto kv_used = GaugeFamily("attn_kv_used_pages", "KV-cache pages in use per layout class.");
   auto kv_ratio = GaugeFamily("attn_kv_used_ratio",
-                              "KV-cache pages in use over pages in total, all layout classes "
-                              "(0 when there are none).");
+                              "Bytes of KV-cache pages in use (K and V, all layout classes) over "
+                              "the whole KV pool (0 when the pool is empty).");
   auto kv_seq = GaugeFamily("attn_kv_sequences", "Live sequences in the KV cache.");
   auto kv_revoked = GaugeFamily("attn_kv_sequences_revoked_total",
                                 "Sequences released because their owner's last token was "
@@ -76,7 +76,7 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
   peak_flops.metric.push_back(GaugeValue(peak_flops_));
   peak_bytes.metric.push_back(GaugeValue(peak_bytes_));
   bool any_kv = false;
-  int64_t sequences = 0, revoked = 0;
+  int64_t sequences = 0, revoked = 0, used_page_bytes = 0, kv_pool_bytes = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> classes;
   std::map<std::string, std::pair<int64_t, int64_t>> host;  // kind -> (used, capacity)
   int64_t in_flight_sum = 0, queued_sum = 0, cap_sum = 0, used_sum = 0;
@@ -98,6 +98,8 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
       KvCacheStats st = s.kv();
       sequences += st.sequences;
       revoked += st.revoked_sequences;
+      used_page_bytes += st.used_page_bytes;
+      kv_pool_bytes += st.pool_bytes;
       for (const auto& c : st.classes) {
         auto& e = classes[c.layout_class];
         e.first += c.capacity_pages;
@@ -120,13 +122,9 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
   }
   if (any_kv) {
     kv_seq.metric.push_back(GaugeValue(static_cast<double>(sequences)));
-    int64_t cap_pages = 0, used_pages = 0;
-    for (const auto& [name, v] : classes) {
-      cap_pages += v.first;
-      used_pages += v.second;
-    }
     kv_ratio.metric.push_back(GaugeValue(
-        cap_pages > 0 ? static_cast<double>(used_pages) / static_cast<double>(cap_pages) : 0));
+        kv_pool_bytes > 0 ? static_cast<double>(used_page_bytes) / static_cast<double>(kv_pool_bytes)
+                          : 0));
     prometheus::ClientMetric revoked_value;
     revoked_value.counter.value = static_cast<double>(revoked);
     kv_revoked.metric.push_back(std::move(revoked_value));

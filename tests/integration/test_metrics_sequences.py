@@ -68,7 +68,13 @@ def test_step_series_move_by_the_session_counts(server):
     with AttentionClient(server.target) as c:
         a, b = session(c, np.random.default_rng(1))
         live, _ = lib.parse(server.scrape())
-        assert _value(live, "attn_kv_used_ratio") > 0
+        # The bytes of the pages in use over the whole pool: a and b hold one 16-token page
+        # each (4 tokens of one layer), K and V of 16 x K x H float32 -- not pages over the
+        # pages carved so far (that read 1.0 with the pool nearly empty).
+        pool = c.load(timeout=10).kv_pool_bytes
+        page = 16 * K * H * 4
+        assert _value(live, "attn_kv_used_ratio") == pytest.approx(2 * 2 * page / pool,
+                                                                   rel=1e-9)
         a.release()
         b.release()
     after, _ = lib.parse(server.scrape())

@@ -366,8 +366,10 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   m.ObserveStepBatch(cpu, 3, 5);
   auto kv = m.RegisterKvCache([] {
     KvCacheStats s;
-    s.classes.push_back({"a", 100, 30});
+    s.classes.push_back({"a", 100, 30});  // carved 400 pages, 40 in use (0.1 of them) ...
     s.classes.push_back({"b", 300, 10});
+    s.used_page_bytes = 40 * 2 * 4096;   // ... in a pool of 4000 K+V page pairs: 0.01
+    s.pool_bytes = 4000 * 2 * 4096;
     return s;
   });
   const std::string t = m.Render();
@@ -385,7 +387,8 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   EXPECT_EQ(Value(t, "attn_batch_size_requests_sum{backend=\"cpu\"}"), 3);
   EXPECT_EQ(Value(t, "attn_batch_tokens_sum{backend=\"cpu\"}"), 5);
   EXPECT_EQ(Value(t, "attn_kernel_flops_per_second_count{backend=\"cpu\"}"), 0);
-  EXPECT_DOUBLE_EQ(Value(t, "attn_kv_used_ratio"), 0.1);
+  // The pool, not the pages carved so far (issue 19 review: 0.997 at 21 % of the pool).
+  EXPECT_DOUBLE_EQ(Value(t, "attn_kv_used_ratio"), 0.01);
 }
 
 }  // namespace
