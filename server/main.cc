@@ -430,6 +430,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
   }
+  for (const std::string& w : config.env_warnings) spdlog::warn("{}", w);
   // Block SIGINT/SIGTERM in every thread; the main thread takes them with sigwait.
   sigset_t signals;
   sigemptyset(&signals);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace attn {
 
@@ -51,6 +52,11 @@ struct ServerConfig {
   /// --metrics-address)". Checks made after parsing (the listen and metrics addresses) prefix
   /// their errors with it, as parse errors are.
   std::map<std::string, std::string> env_sources;
+  /// ATTN_* variables in the environment that are no flag's variable (a typo such as
+  /// ATTN_KV_CACHE_BYTE, or another tool's variable): one warning each, logged once logging is
+  /// configured, with the nearest flag variable when one is within 2 edits. Not an error: the
+  /// prefix is shared with the project's scripts (ATTN_SERVER_BIN, ATTN_BUILD_JOBS, ...).
+  std::vector<std::string> env_warnings;
   double shadow_check_fraction = 0.0;  ///< share of Attend calls re-checked on the cpu reference
   // Paged KV cache and SequenceService (sequence.proto, DESIGN.md §7).
   int64_t kv_cache_bytes = 1ll << 30;  ///< KV page memory (host, or carved from the GPU pool)

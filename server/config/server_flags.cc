@@ -1,9 +1,13 @@
 #include "config/server_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "attn/common/cli_finite.h"
 #include "attn/common/cli_range.h"
@@ -329,6 +333,48 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
   AssignServerFlagGroups(app);
 }
 
+// Levenshtein distance of a and b, stopping early above `limit` (returns limit + 1 then).
+size_t EditDistance(const std::string& a, const std::string& b, size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    size_t best = cur[0];
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      best = std::min(best, cur[j]);
+    }
+    if (best > limit) return limit + 1;
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The warnings for ATTN_* variables of `environ` that no option of `app` reads.
+std::vector<std::string> UnknownEnvWarnings(CLI::App& app) {
+  std::vector<std::string> known;
+  for (CLI::Option* opt : app.get_options()) {
+    if (!opt->get_envname().empty()) known.push_back(opt->get_envname());
+  }
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("ATTN_", 0) != 0) continue;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string nearest;
+    size_t best = 3;
+    for (const std::string& k : known) {
+      const size_t d = EditDistance(name, k, 2);
+      if (d < best) best = d, nearest = k;
+    }
+    out.push_back("environment variable " + name + " is not the variable of any flag: ignored" +
+                  (nearest.empty() ? "" : " (did you mean " + nearest + "?)"));
+  }
+  return out;
+}
+
 int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   CLI::App app{
       "attention-server: scaled-dot-product attention as a gRPC service "
@@ -350,6 +396,7 @@ int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   if (!on_command_line && EnvSetEmpty("metrics-address")) c->metrics_address.clear();
   if (app.count("--cudnn-warmup") == 0 && EnvSetEmpty("cudnn-warmup")) c->cudnn_warmup.clear();
   c->metrics_address_given = on_command_line;
+  c->env_warnings = UnknownEnvWarnings(app);
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_lnames().empty() || opt->get_envname().empty()) continue;
     const std::string& name = opt->get_lnames().front();

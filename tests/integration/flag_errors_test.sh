@@ -75,6 +75,10 @@ expect 2 "--health-address: expected host:port (no unix: socket)" "$server" \
   --listen 127.0.0.1:0 --health-address unix:/tmp/h.sock
 expect 2 'environment variable ATTN_LISTEN=nothost:1 (for --listen): --listen: host "nothost"' \
   env ATTN_LISTEN=nothost:1 "$server"
+# A variable no flag reads is a warning (the prefix is shared with the scripts' variables),
+# with the nearest flag variable; the bad --listen only makes the server exit right after it.
+expect 2 "environment variable ATTN_KV_CACHE_BYTE is not the variable of any flag: ignored \
+(did you mean ATTN_KV_CACHE_BYTES?)" env ATTN_KV_CACHE_BYTE=1G "$server" --listen nothost:1
 expect 2 '--metrics-address: expected an IPv4 address, got "nothost"' "$server" \
   --listen 127.0.0.1:0 --metrics-address nothost:9090
 expect_quiet_start "--metrics-address nothost:9090"
