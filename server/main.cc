@@ -129,7 +129,8 @@ int ServeMetrics(const attn::ServerConfig& config, attn::metrics::Metrics* metri
     }
     spdlog::error("{}; metrics are not served", s.ToString());
   } else {
-    const std::string host = config.metrics_address.substr(0, config.metrics_address.rfind(':'));
+    std::string host = config.metrics_address.substr(0, config.metrics_address.rfind(':'));
+    if (host.empty()) host = "0.0.0.0";  // every IPv4 interface
     spdlog::info("metrics: http://{}:{}/metrics", host, metrics->port());
   }
   return kContinue;

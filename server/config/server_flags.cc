@@ -222,7 +222,8 @@ void AddLifecycleAndMetricsFlags(CLI::App& app, ServerConfig* c) {
           },
           "HEX8"));
   app.add_option("--metrics-address", c->metrics_address,
-                 "Prometheus metrics endpoint host:port, path /metrics (empty: disabled)")
+                 "Prometheus metrics endpoint host:port (IPv4, [IPv6], a name that resolves; "
+                 "empty host: every IPv4 interface), path /metrics (empty: disabled)")
       ->capture_default_str();
   app.add_option("--shadow-check-fraction", c->shadow_check_fraction,
                  "share of Attend calls recomputed on the cpu reference off the hot path")

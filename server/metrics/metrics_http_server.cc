@@ -1,6 +1,7 @@
 #include "metrics/metrics_http_server.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -51,12 +52,19 @@ std::string Response(const char* status, const char* content_type, const std::st
 
 namespace {
 
-// "host:port" as Start binds it: IPv4 literal, "localhost" or empty (every interface); port in
+// "host:port" as Start binds it: host an IPv4 literal, "[IPv6]" literal, a name that resolves
+// now (getaddrinfo, the first address) or empty (0.0.0.0, every IPv4 interface); port in
 // [0, 65535].
-StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
+struct BindAddress {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+StatusOr<BindAddress> ParseAddress(const std::string& address) {
+  const std::string got = ", got \"" + address + "\"";
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
-    return InvalidArgument("--metrics-address: expected host:port, got \"" + address + "\"");
+    return InvalidArgument("--metrics-address: expected host:port (IPv6: [addr]:port)" + got);
   }
   std::string host = address.substr(0, colon);
   const std::string port_text = address.substr(colon + 1);
@@ -66,15 +74,31 @@ StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
     return InvalidArgument("--metrics-address: port must be in [0, 65535], got \"" + port_text +
                            "\"");
   }
-  if (host == "localhost") host = "127.0.0.1";
-  if (host.empty()) host = "0.0.0.0";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(port_text)));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return InvalidArgument("--metrics-address: expected an IPv4 address, got \"" + host + "\"");
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string::npos) {
+    return InvalidArgument("--metrics-address: an IPv6 address goes in brackets ([addr]:port)" +
+                           got);
   }
-  return addr;
+  if (host.empty()) host = "0.0.0.0";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    if (found != nullptr) freeaddrinfo(found);
+    return InvalidArgument("--metrics-address: host \"" + host + "\" does not resolve (" +
+                           gai_strerror(rc) +
+                           "); use an address of this machine, a name that resolves, or "
+                           "0.0.0.0 / [::] for every interface" + got);
+  }
+  BindAddress out;
+  std::memcpy(&out.addr, found->ai_addr, found->ai_addrlen);
+  out.len = found->ai_addrlen;
+  freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace
@@ -86,23 +110,26 @@ Status MetricsHttpServer::CheckAddress(const std::string& address) {
 StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
   auto parsed = ParseAddress(address);
   if (!parsed.ok()) return parsed.status();
-  sockaddr_in addr = *parsed;
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BindAddress bind = *parsed;
+  listen_fd_ = ::socket(bind.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Unavailable(std::string("metrics: socket: ") + std::strerror(errno));
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&bind.addr), bind.len) != 0 ||
       ::listen(listen_fd_, 16) != 0) {
     const std::string why = std::strerror(errno);
     ::close(listen_fd_);
     listen_fd_ = -1;
     return Unavailable("metrics: cannot listen on " + address + ": " + why);
   }
-  socklen_t len = sizeof(addr);
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  socklen_t len = sizeof(bind.addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bind.addr), &len);
   stop_ = false;
   thread_ = std::thread([this] { Loop(); });
-  return static_cast<int>(ntohs(addr.sin_port));
+  const uint16_t port = bind.addr.ss_family == AF_INET6
+                            ? reinterpret_cast<const sockaddr_in6*>(&bind.addr)->sin6_port
+                            : reinterpret_cast<const sockaddr_in*>(&bind.addr)->sin_port;
+  return static_cast<int>(ntohs(port));
 }
 
 void MetricsHttpServer::Stop() {

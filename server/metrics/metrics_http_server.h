@@ -33,7 +33,8 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
-  /// Listens on "host:port" (IPv4 literal or "localhost"; port 0 picks a free one) and starts
+  /// Listens on "host:port" (IPv4 literal, "[IPv6]" literal, a name that resolves, or an empty
+  /// host for every IPv4 interface; port 0 picks a free one) and starts
   /// serving. Returns the bound port. Errors: INVALID_ARGUMENT for a malformed address,
   /// UNAVAILABLE when the socket cannot be bound.
   StatusOr<int> Start(const std::string& address);

@@ -79,7 +79,7 @@ expect 2 'environment variable ATTN_LISTEN=nothost:1 (for --listen): --listen: h
 # with the nearest flag variable; the bad --listen only makes the server exit right after it.
 expect 2 "environment variable ATTN_KV_CACHE_BYTE is not the variable of any flag: ignored \
 (did you mean ATTN_KV_CACHE_BYTES?)" env ATTN_KV_CACHE_BYTE=1G "$server" --listen nothost:1
-expect 2 '--metrics-address: expected an IPv4 address, got "nothost"' "$server" \
+expect 2 '--metrics-address: host "nothost" does not resolve' "$server" \
   --listen 127.0.0.1:0 --metrics-address nothost:9090
 expect_quiet_start "--metrics-address nothost:9090"
 expect 2 "environment variable ATTN_METRICS_ADDRESS=0.0.0.0:x (for --metrics-address): \
