@@ -36,6 +36,7 @@ SessionCommand MakeSessionCommand(const LoadgenFlags& f) {
   c.csv_path = f.csv_path;
   c.json_path = f.json_path;
   c.fail_on_error = f.fail_on_error;
+  c.session.progress = !f.quiet;
   return c;
 }
 

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <utility>
 
 namespace attn::loadgen {
 
-Progress::Progress(bool enabled, std::FILE* out)
+Progress::Progress(bool enabled, std::FILE* out, std::string unit)
     : enabled_(enabled),
       out_(out),
+      unit_(unit.empty() ? "" : " " + std::move(unit)),
       tty_(out != nullptr && isatty(fileno(out)) == 1),
       start_(std::chrono::steady_clock::now()),
       last_time_(start_) {}
@@ -59,8 +61,8 @@ std::string Progress::Line() const {
   const double rate = since > 0 ? static_cast<double>(done_ - last_done_) / since : 0;
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "[%.0fs] done %lld (%.1f/s)  p50 %.3f ms  p99 %.3f ms  errors %lld", elapsed,
-                static_cast<long long>(done_), rate, latency_us_.Percentile(50) / 1000.0,
+                "[%.0fs] done %lld%s (%.1f/s)  p50 %.3f ms  p99 %.3f ms  errors %lld", elapsed,
+                static_cast<long long>(done_), unit_.c_str(), rate, latency_us_.Percentile(50) / 1000.0,
                 latency_us_.Percentile(99) / 1000.0, static_cast<long long>(errors_));
   std::string line = buf;
   if (overload_ > 0) line += "  client overload " + std::to_string(overload_);

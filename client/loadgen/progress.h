@@ -17,7 +17,8 @@ namespace attn::loadgen {
 class Progress {
  public:
   /// `out` is where lines go (stderr normally); nothing is printed when `enabled` is false.
-  explicit Progress(bool enabled, std::FILE* out = stderr);
+  /// `unit` names what Record counts in the line ("done 120 decode steps (...)"); empty: calls.
+  explicit Progress(bool enabled, std::FILE* out = stderr, std::string unit = "");
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -40,6 +41,7 @@ class Progress {
 
   const bool enabled_;
   std::FILE* const out_;
+  const std::string unit_;
   const bool tty_;
   const std::chrono::steady_clock::time_point start_;
   mutable std::mutex mutex_;

@@ -28,7 +28,7 @@ bool SessionRunner::Decode(Stub* stub, LiveSession* s, SessionStats* st) {
         return false;
       }
     }
-    st->step_us.Record(SessionMicros(Clock::now() - t0));
+    st->StepDone(SessionMicros(Clock::now() - t0));
     st->step_done_us.push_back(st->Since(Clock::now()));
     ++st->decode_steps;
   }
@@ -78,7 +78,7 @@ bool SessionRunner::DecodeStream(Stub* stub, LiveSession* s, SessionStats* st) {
       }
     }
     if (ok) {
-      st->step_us.Record(SessionMicros(Clock::now() - t0));
+      st->StepDone(SessionMicros(Clock::now() - t0));
       st->step_done_us.push_back(st->Since(Clock::now()));
       ++st->decode_steps;
     }

@@ -195,7 +195,7 @@ void SessionRunner::FinishGroupStep(const std::vector<LiveSession*>& active, int
   const int64_t us = SessionMicros(took);
   for (LiveSession* s : active) {
     if (s->failed) continue;
-    st->step_us.Record(us);
+    st->StepDone(us);
     st->step_done_us.push_back(st->Since(done));
     ++st->decode_steps;
     if (step + 1 == s->plan.generated_tokens) st->decode_end_us.push_back(st->Since(done));

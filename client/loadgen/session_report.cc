@@ -107,8 +107,13 @@ std::string FormatSessionReport(const SessionReport& r) {
         << " retries on UNAVAILABLE; a failed release's sequence stays held until the "
            "server's --sequence-ttl-s)\n";
   }
-  out << "verified               " << r.verified << " outputs, " << r.mismatches
-      << " mismatches (worst rel error " << r.worst_rel_error << ", tol " << r.tolerance << ")\n";
+  if (r.verify_fraction <= 0 && r.verified == 0) {
+    out << "verification           off (--verify-fraction 0)\n";  // as Attend runs say
+  } else {
+    out << "verified               " << r.verified << " outputs, " << r.mismatches
+        << " mismatches (worst rel error " << r.worst_rel_error << ", tol " << r.tolerance
+        << ")\n";
+  }
   if (!r.first_mismatch.empty()) out << "  first mismatch: " << r.first_mismatch << "\n";
   if (r.kv_pages_used_after >= 0) {
     out << "kv pages used after    " << r.kv_pages_used_after << "\n";

@@ -33,13 +33,20 @@ SessionReport SessionRunner::Run() {
   start_ = Clock::now();
   const double start_unix_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // Once a second on stderr: decode steps done, their rate, p50/p99 and errors so far.
+  Progress progress(o_.progress, stderr, "decode steps");
   std::vector<SessionStats> per(static_cast<size_t>(o_.run.concurrency));
-  for (auto& p : per) p.start = start_;
+  for (auto& p : per) {
+    p.start = start_;
+    p.progress = &progress;
+  }
+  progress.Start();
   std::vector<std::thread> threads;
   for (int w = 0; w < o_.run.concurrency; ++w) {
     threads.emplace_back([this, &per, w] { Work(&per[static_cast<size_t>(w)]); });
   }
   for (auto& t : threads) t.join();
+  progress.Stop();
   SessionStats all;
   for (const auto& s : per) all.Merge(s);
   // Release what the prefix cache still holds.

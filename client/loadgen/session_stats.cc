@@ -13,8 +13,14 @@ int64_t SessionMicros(SessionClock::duration d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
 }
 
+void SessionStats::StepDone(int64_t us) {
+  step_us.Record(us);
+  if (progress != nullptr) progress->Record(static_cast<double>(us) / 1000.0, true);
+}
+
 void SessionStats::Error(grpc::StatusCode code, const std::string& where,
                          const std::string& message) {
+  if (progress != nullptr) progress->Record(0, false);
   const std::string name = StatusCodeName(code);
   ++errors[name];
   first_messages.emplace(name, where + ": " + message);

@@ -13,6 +13,7 @@
 
 #include "attention/v1/sequence.pb.h"
 #include "loadgen/hdr_histogram.h"
+#include "loadgen/progress.h"
 #include "loadgen/session_report.h"
 #include "loadgen/verify.h"
 
@@ -25,6 +26,11 @@ int64_t SessionMicros(SessionClock::duration d);
 
 /// One worker's measurements (not thread-safe: each worker has its own; Merge combines them).
 struct SessionStats {
+  /// The run's live progress line (not owned; null: none). Each decode step's latency and each
+  /// error go to it as well as to the histograms below.
+  Progress* progress = nullptr;
+  /// Records one decode step of `us` microseconds (step_us and the progress line).
+  void StepDone(int64_t us);
   int64_t sessions = 0, sessions_ok = 0, prefill_tokens = 0, decode_steps = 0;
   int64_t sessions_cut = 0;  // cut short at a step boundary by SIGINT/SIGTERM (not an error)
   HdrHistogram prefill_us, step_us, message_us;

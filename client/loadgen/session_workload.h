@@ -60,6 +60,7 @@ struct SessionOptions {
   TokenScaling scaling;
   int64_t prefix_cache_sequences = 64;
   bool check_kv_released = false;
+  bool progress = true;  // the once-a-second progress line on stderr (--quiet: false)
 };
 
 /// Runs the workload: `plans` for session (index i uses plans[i % size]), `requests` for

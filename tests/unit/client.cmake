@@ -17,7 +17,8 @@ if(TARGET attn_loadgen)
     ${CMAKE_CURRENT_LIST_DIR}/client_report_batching_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_session_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_flag_checks_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/client_release_retry_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/client_release_retry_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/client_session_progress_test.cc)
   target_link_libraries(attn_client_unit_tests PRIVATE attn_loadgen CLI11::CLI11
                         GTest::gtest_main)
   target_compile_definitions(attn_client_unit_tests PRIVATE
