@@ -347,6 +347,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   workers->Stop();
   server->Wait();
   shadow.Stop();
+  // The step batcher's summary lines (batches, host phases) come before the last line, so that
+  // "stopped cleanly" is the log's last word (its destructor would log them after it).
+  sequence_service.step_batcher()->Stop();
   spdlog::info("stopped cleanly");
   return 0;
 }

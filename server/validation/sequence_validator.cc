@@ -199,6 +199,11 @@ StatusOr<ExtendArgs> ValidateExtend(const pb::ExtendRequest &r) {
       return InvalidArgument("q: must be unset when append_only is set (nothing is attended)");
     }
   } else {
+    if (!r.has_q()) {
+      return InvalidArgument(
+          "q: required (T, N, H) queries, got none (set append_only to append k/v without "
+          "attending)");
+    }
     ATTN_RETURN_IF_ERROR(DecodeTensor(r.q(), "q", &a.q_dtype, &a.q_shape));
   }
   ATTN_RETURN_IF_ERROR(DecodeTensor(r.k(), "k", &a.k_dtype, &a.k_shape));

@@ -196,5 +196,8 @@ def test_grpcurl_health_check_and_describe(server_address):
     protoset = os.environ.get("ATTN_PROTOSET", "build/proto/attention.protoset")
     described = _grpcurl("-plaintext", "-protoset", protoset, server_address, "describe", method)
     assert "// Decode loops: each request message gets exactly one ExtendResult" in described
+    # Health with the protoset alone (no reflection): the protoset carries grpc.health.v1.
+    assert '"status": "SERVING"' in _grpcurl("-plaintext", "-protoset", protoset, server_address,
+                                               "grpc.health.v1.Health/Check")
     message = _grpcurl("-protoset", protoset, "describe", "attention.v1.ExtendRequest")
     assert "// Token index where k/v go" in message and "bool append_only = 7;" in message

@@ -45,5 +45,26 @@ TEST(SequenceValidator, NegativePositionIsInvalidArgument) {
             "position: expected >= 0 (the layer's current length), got -1");
 }
 
+// A step without q that is not append-only is told what is missing and how to append only
+// (was "q: expected rank 3, got rank 0"); an append-only step with q is refused too.
+TEST(SequenceValidator, MissingQNamesAppendOnly) {
+  attention::v1::ExtendRequest r;
+  r.set_sequence_id(std::string(32, 'a'));
+  for (auto* t : {r.mutable_k(), r.mutable_v()}) {
+    t->set_dtype(attention::v1::FLOAT32);
+    for (int64_t d : {1, 1, 2}) t->add_shape(d);
+    t->set_data(std::string(8, '\0'));
+  }
+  auto v = ValidateExtend(r);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("q: required"), std::string::npos) << v.status().message();
+  EXPECT_NE(v.status().message().find("append_only"), std::string::npos) << v.status().message();
+  r.set_append_only(true);
+  EXPECT_TRUE(ValidateExtend(r).ok());
+  *r.mutable_q() = r.k();
+  EXPECT_EQ(ValidateExtend(r).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace attn
