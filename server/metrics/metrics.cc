@@ -37,12 +37,14 @@ void Registration::Reset() {
 
 namespace {
 
-// attn_sequence_steps_total{method,result}, attn_sequence_step_duration_seconds{method} and
+// attn_sequence_steps_total{method,result}, attn_sequence_step_duration_seconds{method},
+// attn_sequence_decode_step_duration_seconds{method} and
 // attn_sequence_batch_size_steps: their children, one per step method.
 template <size_t N>
 void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Counter*, N>* ok,
                           std::array<prometheus::Counter*, N>* error,
                           std::array<prometheus::Histogram*, N>* duration,
+                          std::array<prometheus::Histogram*, N>* decode_duration,
                           prometheus::Histogram** batch_size) {
   auto& steps = prometheus::BuildCounter()
                     .Name("attn_sequence_steps_total")
@@ -56,6 +58,13 @@ void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Coun
           .Name("attn_sequence_step_duration_seconds")
           .Help("Time from a sequence step's arrival to its result, successful steps, by method.")
           .Register(reg);
+  auto& decode_duration_family =
+      prometheus::BuildHistogram()
+          .Name("attn_sequence_decode_step_duration_seconds")
+          .Help("Time from a decode step's arrival to its result (successful steps of one "
+                "query token that attend; prefills and append-only steps excluded): the "
+                "server's part of the inter-token latency, by method.")
+          .Register(reg);
   static constexpr Method kStepMethods[] = {Method::kExtend, Method::kExtendBatch,
                                             Method::kExtendStream, Method::kExtendBatchStream};
   static_assert(N == sizeof(kStepMethods) / sizeof(kStepMethods[0]));
@@ -64,6 +73,8 @@ void RegisterStepFamilies(prometheus::Registry& reg, std::array<prometheus::Coun
     (*ok)[i] = &steps.Add({{"method", name}, {"result", "ok"}});
     (*error)[i] = &steps.Add({{"method", name}, {"result", "error"}});
     (*duration)[i] = &step_duration.Add({{"method", name}}, RequestDurationBuckets());
+    (*decode_duration)[i] =
+        &decode_duration_family.Add({{"method", name}}, RequestDurationBuckets());
   }
   *batch_size = &prometheus::BuildHistogram()
                      .Name("attn_sequence_batch_size_steps")
@@ -152,7 +163,8 @@ Metrics::Metrics(const std::vector<std::string>& backends,
                           .Name("attn_shadow_dropped_total")
                           .Help("Sampled calls not shadow-checked because the queue was full.")
                           .Register(reg);
-  RegisterStepFamilies(reg, &steps_ok_, &steps_error_, &step_duration_, &step_batch_size_);
+  RegisterStepFamilies(reg, &steps_ok_, &steps_error_, &step_duration_, &decode_step_duration_,
+                       &step_batch_size_);
   RegisterBuildInfo(reg, build_info);
 
   per_backend_.resize(static_cast<size_t>(nb));
@@ -297,7 +309,7 @@ void Metrics::ShadowDropped(int backend) {
   if (c != nullptr) c->Increment();
 }
 
-void Metrics::ObserveStep(Method method, bool ok, double seconds) {
+void Metrics::ObserveStep(Method method, bool ok, double seconds, bool decode) {
   int i = -1;
   if (method == Method::kExtend) i = 0;
   if (method == Method::kExtendBatch) i = 1;
@@ -310,6 +322,7 @@ void Metrics::ObserveStep(Method method, bool ok, double seconds) {
   }
   steps_ok_[static_cast<size_t>(i)]->Increment();
   step_duration_[static_cast<size_t>(i)]->Observe(seconds);
+  if (decode) decode_step_duration_[static_cast<size_t>(i)]->Observe(seconds);
 }
 
 void Metrics::ObserveStepBatch(int backend, int64_t steps, int64_t tokens) {

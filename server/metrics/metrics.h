@@ -32,7 +32,9 @@
 //       ended, method Extend|ExtendBatch|ExtendStream (one per step: an ExtendBatch entry,
 //       an ExtendStream message), result ok|error
 //   attn_sequence_step_duration_seconds{method}              histogram: a successful step's
-//       arrival to its result (decode-time inter-token latency)
+//       arrival to its result, every step (prefills of thousands of tokens included)
+//   attn_sequence_decode_step_duration_seconds{method}       histogram: the same, decode steps
+//       only (one query token, attended): the server's share of the inter-token latency
 //   attn_sequence_batch_size_steps                           histogram (steps per step batch;
 //       the batch also lands in attn_batch_size_requests / attn_batch_tokens, and each step's
 //       phases in attn_phase_duration_seconds, under the KV backend's name)
@@ -241,8 +243,9 @@ class Metrics {
   void ShadowDropped(int backend);
   /// One sequence step ended (method kExtend, kExtendBatch or kExtendStream; others are
   /// ignored): attn_sequence_steps_total{method,result} and, when ok, `seconds` (arrival to
-  /// result) in attn_sequence_step_duration_seconds{method}.
-  void ObserveStep(Method method, bool ok, double seconds);
+  /// result) in attn_sequence_step_duration_seconds{method}, and also in
+  /// attn_sequence_decode_step_duration_seconds{method} when `decode` (one query token).
+  void ObserveStep(Method method, bool ok, double seconds, bool decode = false);
   /// One batch of sequence steps: attn_sequence_batch_size_steps, and attn_batch_size_requests
   /// / attn_batch_tokens of `backend` (no FLOP/s: the step reports carry them per step).
   void ObserveStepBatch(int backend, int64_t steps, int64_t tokens);
@@ -310,6 +313,7 @@ class Metrics {
   static constexpr int kNumStepMethods = 4;  // Extend, ExtendBatch, ExtendStream, ExtendBatchStream
   std::array<prometheus::Counter*, kNumStepMethods> steps_ok_{}, steps_error_{};
   std::array<prometheus::Histogram*, kNumStepMethods> step_duration_{};
+  std::array<prometheus::Histogram*, kNumStepMethods> decode_step_duration_{};
   prometheus::Histogram* step_batch_size_ = nullptr;
   std::unique_ptr<MetricsHttpServer> http_;
   int port_ = 0;

@@ -144,10 +144,12 @@ void SequenceServiceImpl::SetMetrics(metrics::Metrics *metrics) {
 
 void SequenceServiceImpl::InstrumentStep(metrics::Method method, StepRequest *r) const {
   if (metrics_ == nullptr) return;
-  r->done = [m = metrics_, b = metrics_backend_, method, received = r->received,
+  // A decode step: one query token that attends (the inter-token latency's server part).
+  const bool decode = !r->args.append_only && r->args.q_shape[0] == 1;
+  r->done = [m = metrics_, b = metrics_backend_, method, decode, received = r->received,
              done = std::move(r->done)](StepResult &&result) {
     m->ObserveStep(method, result.status.ok(),
-                   std::chrono::duration<double>(Clock::now() - received).count());
+                   std::chrono::duration<double>(Clock::now() - received).count(), decode);
     if (result.status.ok() && result.ran) {
       const ExtendOutcome &out = result.outcome;
       m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(result.decode_us) * 1e-6);

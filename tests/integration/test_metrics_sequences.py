@@ -27,7 +27,7 @@ from attention_client import AttentionClient  # noqa: E402
 N, K, H = 2, 2, 8
 DASHBOARD = os.path.join(lib.ROOT, "deploy", "grafana", "attention-server.json")
 # Panels whose queries must return data during a session (titles in the dashboard).
-SESSION_PANELS = ("Step latency p50 / p99", "Steps/s", "KV usage",
+SESSION_PANELS = ("Decode step latency p50 / p99", "Steps/s", "KV usage",
                   "Sequence batch size (steps per batch)", "Batch size (requests per launch)")
 
 
@@ -87,6 +87,8 @@ def test_step_series_move_by_the_session_counts(server):
         assert delta("attn_sequence_steps_total", method=method, result="error") == 0, method
         assert delta("attn_sequence_step_duration_seconds_count", method=method) == n, method
         assert delta("attn_sequence_step_duration_seconds_sum", method=method) > 0, method
+        # Every step of the session is one query token: each is a decode step too.
+        assert delta("attn_sequence_decode_step_duration_seconds_count", method=method) == n, method
     assert delta("attn_requests_total", method="ExtendStream", backend="none", code="OK") == 1
     assert delta("attn_sequence_batch_size_steps_sum") == 8
     assert 1 <= delta("attn_sequence_batch_size_steps_count") <= 8

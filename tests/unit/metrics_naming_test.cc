@@ -150,6 +150,7 @@ TEST(MetricsNaming, FamiliesAndLabelSets) {
       {"attn_kv_used_ratio", {"gauge", {}}},
       {"attn_sequence_steps_total", {"counter", {"method", "result"}}},
       {"attn_sequence_step_duration_seconds", {"histogram", {"method"}}},
+      {"attn_sequence_decode_step_duration_seconds", {"histogram", {"method"}}},
       {"attn_sequence_batch_size_steps", {"histogram", {}}},
       {"attn_build_info", {"gauge", {"version", "device", "backends"}}},
   };
@@ -358,8 +359,8 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   Metrics m = MakeMetrics();
   const int cpu = m.BackendIndex("cpu");
   m.ObserveStep(Method::kExtend, true, 0.003);
-  m.ObserveStep(Method::kExtendStream, true, 0.002);
-  m.ObserveStep(Method::kExtendStream, true, 0.004);
+  m.ObserveStep(Method::kExtendStream, true, 0.002, /*decode=*/true);
+  m.ObserveStep(Method::kExtendStream, true, 0.004);  // a prefill: not a decode step
   m.ObserveStep(Method::kExtendBatch, false, 1.0);    // errors: counted, not timed
   m.ObserveStep(Method::kAttend, true, 1.0);          // not a step method: ignored
   m.ObserveStep(Method::kExtendBatchStream, true, 0.5);
@@ -381,6 +382,11 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   EXPECT_DOUBLE_EQ(Value(t, "attn_sequence_step_duration_seconds_sum{method=\"ExtendStream\"}"),
                    0.006);
   EXPECT_EQ(Value(t, "attn_sequence_step_duration_seconds_count{method=\"ExtendBatch\"}"), 0);
+  EXPECT_EQ(Value(t, "attn_sequence_decode_step_duration_seconds_count{method=\"ExtendStream\"}"),
+            1);
+  EXPECT_DOUBLE_EQ(
+      Value(t, "attn_sequence_decode_step_duration_seconds_sum{method=\"ExtendStream\"}"), 0.002);
+  EXPECT_EQ(Value(t, "attn_sequence_decode_step_duration_seconds_count{method=\"Extend\"}"), 0);
   EXPECT_EQ(Value(t, "attn_sequence_steps_total{method=\"ExtendBatchStream\",result=\"ok\"}"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_count"), 1);
   EXPECT_EQ(Value(t, "attn_sequence_batch_size_steps_sum"), 3);
