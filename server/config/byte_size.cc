@@ -23,7 +23,50 @@ int SuffixShift(const std::string& suffix) {
   return -1;
 }
 
+// The whole text as a non-negative int64, or -1.
+int64_t Digits(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return -1;
+  }
+  return std::stoll(text);
+}
+
+// A SIZE option's help: its range tag "INT in [65536 - 17592186044416]" and default
+// "1073741824" in binary units ("in [64KiB - 16TiB]", "1GiB"), which parse back as the same
+// bytes.
+void ShowInBinaryUnits(CLI::Option* opt) {
+  for (int i = 0;; ++i) {
+    CLI::Validator* v = nullptr;
+    try {
+      v = opt->get_validator(i);
+    } catch (const CLI::OptionNotFound&) {
+      break;
+    }
+    const std::string d = v->get_description();
+    static const std::string kHead = "INT in [";
+    const size_t dash = d.find(" - ");
+    if (d.rfind(kHead, 0) != 0 || dash == std::string::npos || d.back() != ']') continue;
+    const int64_t lo = Digits(d.substr(kHead.size(), dash - kHead.size()));
+    const int64_t hi = Digits(d.substr(dash + 3, d.size() - dash - 4));
+    if (lo < 0 || hi < 0) continue;
+    v->description("in [" + ShowByteSize(lo) + " - " + ShowByteSize(hi) + "]");
+  }
+  const int64_t def = Digits(opt->get_default_str());
+  if (def >= 0) opt->default_str(ShowByteSize(def));
+}
+
 }  // namespace
+
+std::string ShowByteSize(int64_t bytes) {
+  static const char* kUnits[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (int i = 0; i < 4; ++i) {
+    const int shift = 10 * (4 - i);
+    if (bytes > 0 && bytes % (int64_t{1} << shift) == 0) {
+      return std::to_string(bytes >> shift) + kUnits[i];
+    }
+  }
+  return std::to_string(bytes);
+}
 
 std::string ParseByteSize(const std::string& text, int64_t* bytes) {
   size_t digits = 0;
@@ -72,6 +115,7 @@ void AcceptByteSuffixes(CLI::App& app) {
     if (name.size() > kEnd.size() &&
         name.compare(name.size() - kEnd.size(), kEnd.size(), kEnd) == 0) {
       opt->transform(ByteSizeTransform())->type_name("SIZE");
+      ShowInBinaryUnits(opt);
     }
   }
 }

@@ -16,6 +16,10 @@ namespace attn {
 /// count above INT64_MAX is refused.
 std::string ParseByteSize(const std::string& text, int64_t* bytes);
 
+/// `bytes` in the largest binary unit it is a whole multiple of ("1GiB", "64KiB", "1536KiB"),
+/// else plain digits ("1000", "0"); ParseByteSize reads every result back as `bytes`.
+std::string ShowByteSize(int64_t bytes);
+
 /// A CLI11 transform that rewrites a byte size (ParseByteSize) as its plain decimal count, so
 /// the option's range check and conversion see bytes.
 CLI::Validator ByteSizeTransform();

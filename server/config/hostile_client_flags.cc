@@ -12,12 +12,13 @@ void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
                  "cpu backend: query-key pairs one Attend call may score (Σ T·S·N, halved when "
                  "causal); more: RESOURCE_EXHAUSTED (0: unlimited)")
       ->check(InRange(0.0, 1e18))
-      ->capture_default_str();
+      // The default in full (1073741824), not capture_default_str's 1.07374e+09.
+      ->default_str(cli_range_internal::Show(c->max_cpu_score_pairs));
   app.add_option("--max-gpu-flops", c->max_gpu_flops,
                  "GPU backends: FLOPs one Attend call may cost (4·Σ T·S·N·H, halved when "
                  "causal); more: RESOURCE_EXHAUSTED (0: unlimited)")
       ->check(InRange(0.0, 1e21))
-      ->capture_default_str();
+      ->default_str(cli_range_internal::Show(c->max_gpu_flops));
   // The default scales with the process's memory (config/memory_limit.h says why).
   c->grpc_memory_bytes = DefaultGrpcMemoryBytes(ProcessMemoryLimit(), c->max_message_bytes);
   app.add_option("--grpc-memory-bytes", c->grpc_memory_bytes,

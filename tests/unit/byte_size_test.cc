@@ -54,6 +54,26 @@ TEST(ByteSize, BadSuffixesAndOverflowAreRefusedWithTheRule) {
   EXPECT_EQ(got, 8388607ll << 40);
 }
 
+// --help shows sizes in binary units that parse back as the same bytes.
+TEST(ByteSize, HelpShowsBinaryUnitsThatParseBack) {
+  for (int64_t b : {int64_t{0}, int64_t{1000}, int64_t{1} << 10, int64_t{1536} << 10,
+                    int64_t{1} << 30, int64_t{16} << 40, int64_t{2147483647}}) {
+    int64_t back = -1;
+    EXPECT_EQ(ParseByteSize(ShowByteSize(b), &back), "") << ShowByteSize(b);
+    EXPECT_EQ(back, b) << ShowByteSize(b);
+  }
+  EXPECT_EQ(ShowByteSize(int64_t{1} << 30), "1GiB");
+  EXPECT_EQ(ShowByteSize(int64_t{1536} << 10), "1536KiB");
+  EXPECT_EQ(ShowByteSize(1000), "1000");
+  ServerConfig probe;
+  CLI::App app;
+  AddServerFlags(app, &probe);
+  const std::string help = app.help();
+  EXPECT_NE(help.find("--kv-cache-bytes SIZE:in [64KiB - 16TiB]=1GiB"), std::string::npos) << help;
+  EXPECT_EQ(help.find("=1.07374e+09"), std::string::npos) << help;  // the default in full
+  EXPECT_NE(help.find("=1073741824"), std::string::npos) << help;
+}
+
 TEST(ByteSize, EveryBytesFlagTakesSuffixes) {
   ServerConfig probe;
   CLI::App app;
