@@ -347,9 +347,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   workers->Stop();
   server->Wait();
   shadow.Stop();
-  // The step batcher's summary lines (batches, host phases) come before the last line, so that
-  // "stopped cleanly" is the log's last word (its destructor would log them after it).
-  sequence_service.step_batcher()->Stop();
+  sequence_service.step_batcher()->Stop();  // its summary before the last line, not after
   spdlog::info("stopped cleanly");
   return 0;
 }
