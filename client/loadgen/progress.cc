@@ -62,7 +62,8 @@ std::string Progress::Line() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "[%.0fs] done %lld%s (%.1f/s)  p50 %.3f ms  p99 %.3f ms  errors %lld", elapsed,
-                static_cast<long long>(done_), unit_.c_str(), rate, latency_us_.Percentile(50) / 1000.0,
+                static_cast<long long>(done_), unit_.c_str(), rate,
+                latency_us_.Percentile(50) / 1000.0,
                 latency_us_.Percentile(99) / 1000.0, static_cast<long long>(errors_));
   std::string line = buf;
   if (overload_ > 0) line += "  client overload " + std::to_string(overload_);

@@ -25,7 +25,8 @@ int SuffixShift(const std::string& suffix) {
 
 // The whole text as a non-negative int64, or -1.
 int64_t Digits(const std::string& text) {
-  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.size() > 18 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
     return -1;
   }
   return std::stoll(text);

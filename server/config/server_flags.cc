@@ -334,6 +334,8 @@ void AddServerFlags(CLI::App& app, ServerConfig* c) {
   AssignServerFlagGroups(app);
 }
 
+namespace {
+
 // Levenshtein distance of a and b, stopping early above `limit` (returns limit + 1 then).
 size_t EditDistance(const std::string& a, const std::string& b, size_t limit) {
   if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
@@ -343,7 +345,8 @@ size_t EditDistance(const std::string& a, const std::string& b, size_t limit) {
     cur[0] = i;
     size_t best = cur[0];
     for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      const size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
       best = std::min(best, cur[j]);
     }
     if (best > limit) return limit + 1;
@@ -375,6 +378,8 @@ std::vector<std::string> UnknownEnvWarnings(CLI::App& app) {
   }
   return out;
 }
+
+}  // namespace
 
 int ParseServerFlags(int argc, char** argv, ServerConfig* c) {
   CLI::App app{

@@ -122,9 +122,10 @@ std::vector<prometheus::MetricFamily> Metrics::ScrapeCollector::Collect() const 
   }
   if (any_kv) {
     kv_seq.metric.push_back(GaugeValue(static_cast<double>(sequences)));
-    kv_ratio.metric.push_back(GaugeValue(
-        kv_pool_bytes > 0 ? static_cast<double>(used_page_bytes) / static_cast<double>(kv_pool_bytes)
-                          : 0));
+    const double ratio = kv_pool_bytes > 0 ? static_cast<double>(used_page_bytes) /
+                                                 static_cast<double>(kv_pool_bytes)
+                                           : 0;
+    kv_ratio.metric.push_back(GaugeValue(ratio));
     prometheus::ClientMetric revoked_value;
     revoked_value.counter.value = static_cast<double>(revoked);
     kv_revoked.metric.push_back(std::move(revoked_value));
