@@ -230,6 +230,13 @@ void SequenceServiceImpl::EndStreams() {
 int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &identities) {
   int64_t released_total = 0;
   for (const std::string &identity : identities) {
+    // Sequences first, then the streams: a client that sees its stream end UNAUTHENTICATED
+    // finds its sequences already released (in the other order a GetServerInfo right after
+    // the stream's end could still count them).
+    int64_t pages = 0;
+    const int64_t released = store_->ReleaseOwner(identity, &pages);
+    released_total += released;
+    const int64_t leases = RevokeLeases(identity);
     int64_t streams = 0;
     {
       std::lock_guard<std::mutex> registry(streams_mu_);
@@ -237,10 +244,6 @@ int64_t SequenceServiceImpl::RevokeIdentities(const std::vector<std::string> &id
         streams += stream->EndIfOwnedBy(identity) ? 1 : 0;
       }
     }
-    const int64_t leases = RevokeLeases(identity);
-    int64_t pages = 0;
-    const int64_t released = store_->ReleaseOwner(identity, &pages);
-    released_total += released;
     spdlog::warn(
         "token revoked: identity \"{}\" has no token left; {} open streams and {} "
         "shared-memory leases ended (UNAUTHENTICATED), {} sequences released ({} KV pages "
