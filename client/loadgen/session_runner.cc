@@ -38,7 +38,7 @@ SessionReport SessionRunner::Run() {
   std::vector<SessionStats> per(static_cast<size_t>(o_.run.concurrency));
   for (auto& p : per) {
     p.start = start_;
-    p.progress = &progress;
+    p.progress = o_.progress ? &progress : nullptr;  // --quiet: no lock per step
   }
   progress.Start();
   std::vector<std::thread> threads;

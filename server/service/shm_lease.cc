@@ -18,6 +18,7 @@
 
 #include "service/grpc_status.h"
 #include "service/sequence_service.h"
+#include "service/stream_end_status.h"
 
 namespace attn {
 
@@ -149,12 +150,7 @@ class SequenceServiceImpl::LeaseReactor
                         "the token of this lease's identity was revoked: the lease is closed "
                         "and its region released");
   }
-  grpc::Status ClientGone() const {
-    if (std::chrono::system_clock::now() >= context_->deadline()) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed");
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-  }
+  grpc::Status ClientGone() const { return stream_end::ClientGone(*context_); }
   /// Forgets the region (once); calls that pinned it keep it mapped until they are done.
   /// Called with mu_ held.
   void ReleaseRegion() {

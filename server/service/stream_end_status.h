@@ -25,7 +25,8 @@ inline grpc::Status Revoked() {
 }
 
 /// What a client that cancelled, or whose deadline passed, sees: DEADLINE_EXCEEDED once the
-/// call's deadline is past, else CANCELLED.
+/// call's deadline is past, else CANCELLED (also SharedMemoryLease's, whose shutdown and
+/// revocation texts are its own).
 inline grpc::Status ClientGone(const grpc::CallbackServerContext& context) {
   if (std::chrono::system_clock::now() >= context.deadline()) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed");
