@@ -15,12 +15,12 @@
 //      enough copies (queries, block tables / K/V sets) that L2 (its size is read from the
 //      device) never holds a whole set.
 // Bytes counted: K and V bytes read = 2·B·K·S·H·bytes(kv dtype) (queries, outputs, block
-// tables and the merge workspace excluded). Fraction = K/V GB/s ÷ streaming GB/s.
+// tables and the split-KV workspace excluded). Fraction = K/V GB/s ÷ streaming GB/s.
 //
 // CUDA graphs (issue 6; after the decode table, --graph-sizes, --no-graph to skip): one paged
 // bf16 decode batch (N=32 K=8 H=128 T=1, S=4096 for every sequence, B in {1, 8, 64}) enqueued
-// directly (PagedDecodeRun: the decode kernel and, when the plan splits S, the merge kernel) vs
-// captured once into a CUDA graph and replayed with cudaGraphLaunch. Checked first (the replay's
+// directly (PagedDecodeRun: one decode kernel, which merges its own partitions when the plan
+// splits S) vs captured once into a CUDA graph and replayed with cudaGraphLaunch. Checked first (the replay's
 // output and lse are bit-identical to the direct launch's), then, interleaved (direct, graph,
 // direct, ...) after a warm-up, --graph-iters samples each of:
 //   wall:    host wall time of launch + cudaStreamSynchronize (median, p10, p90);
@@ -437,6 +437,7 @@ bool RunOne(const Problem& pr, int64_t S, DType kv_dtype, const Options& opt, do
   StatusOr<PagedDecodePlan> cplan = PagedDecodePlanFor(cshape, 0, copt);
   CHECK_OK(cplan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, plan->workspace_bytes)));
+  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes)));  // counters
   std::fprintf(stderr, "  plan: %s (grid %lld blocks)\n", plan->Describe().c_str(),
                static_cast<long long>(plan->grid_blocks));
 
@@ -613,7 +614,7 @@ bool RunOne(const Problem& pr, int64_t S, DType kv_dtype, const Options& opt, do
 //                      backend runs);
 //   chunked_decode     the previous server path: each sequence's T rows cut into 64-row chunks,
 //                      every chunk one batch row of a split-KV PagedDecodeRun (kv_len of chunk
-//                      [r0, r1) = S - T + r1), one launch (+ merge) for the whole step.
+//                      [r0, r1) = S - T + r1), one launch for the whole step.
 // Correctness first: fused_paged and fused_contig_tile bit-identical; sampled rows of every
 // implementation against float64 (bf16 tolerance 1e-2, per row 5e-2, lse 1e-3); NaN scan.
 // FLOPs counted exactly: 4·N·H·(visible (query, key) pairs), i.e. half of 4·B·N·T·S·H when
@@ -785,6 +786,7 @@ bool RunPrefill(const PrefillShape& ps, const Options& opt, int64_t l2_bytes, cu
   StatusOr<PagedDecodePlan> cplan = PagedDecodePlanFor(ds, 0);
   CHECK_OK(cplan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, cplan->workspace_bytes)));
+  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, cplan->workspace_bytes)));  // counters
 
   auto run_paged = [&](int s, int impl) {
     FusedPagedQueries fq;
@@ -1031,7 +1033,7 @@ int PrefillMain(const Options& opt, const cudaDeviceProp& prop, cudaStream_t str
 struct GraphResult {
   int64_t B = 0;
   std::string plan;
-  size_t nodes = 0;  // kernel nodes of the captured graph (decode, + merge when split)
+  size_t nodes = 0;  // kernel nodes of the captured graph (one: decode merges in-kernel)
   // [0] direct PagedDecodeRun, [1] cudaGraphLaunch; microseconds
   double wall[2], wall_p10[2], wall_p90[2], enqueue[2], event[2], b2b[2];
   bool check_ok = false;
@@ -1109,6 +1111,7 @@ bool RunGraph(int64_t B, const Options& opt, cudaStream_t stream,
   StatusOr<PagedDecodePlan> plan = PagedDecodePlanFor(shape, 0);
   CHECK_OK(plan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, plan->workspace_bytes)));
+  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes)));  // counters
   DecodeQueries dq;
   dq.q = d_q;
   dq.q_offsets = static_cast<const int64_t*>(d_qoff);
@@ -1247,7 +1250,7 @@ bool RunGraph(int64_t B, const Options& opt, cudaStream_t stream,
 /// The graph table (after the decode table).
 void PrintGraphTable(const std::vector<GraphResult>& rs) {
   if (rs.empty()) return;
-  std::printf("\nCUDA graphs: one paged bf16 decode batch (PagedDecodeRun: decode [+ merge]), "
+  std::printf("\nCUDA graphs: one paged bf16 decode batch (PagedDecodeRun: one decode kernel), "
               "N=32 K=8 H=128 T=1 S=4096; microseconds, direct / graph\n");
   std::printf("%5s %-40s %5s %17s %17s %15s %15s %15s %4s\n", "B", "plan", "nodes",
               "wall (launch+sync)", "wall p10..p90 d", "enqueue", "event (1 launch)",

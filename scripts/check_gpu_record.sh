@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI guard (DESIGN.md §10): GPU regressions cannot land green.
-# Computes the git tree hash of kernels/ as it is in the working tree (committed or not; for a
-# clean checkout this equals `git rev-parse HEAD:kernels`) and compares it with
+# Computes the "kernels tree": the git tree hash of a tree holding exactly kernels/ and common/
+# (the header-only attn_common the kernels compile against: Status) as they are in the working
+# tree (committed or not; for a clean checkout this equals
+# `git ls-tree HEAD kernels common | git mktree`), and compares it with
 # tests/gpu/last_run.json's "kernels_tree" (written by scripts/gpu_record.py after an H200 run
 # of scripts/gpu_check.sh). On a mismatch it passes only when tests/gpu/UNVERIFIED has a line
 #     <current kernels tree hash> <reason why this change is not GPU-verified>
@@ -20,16 +22,16 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 objects=$(git rev-parse --path-format=absolute --git-path objects)
-# A temporary index seeded from HEAD, then kernels/ re-added from the working tree (honouring
+# An empty temporary index, then kernels/ and common/ added from the working tree (honouring
 # .gitignore, so build outputs do not count); objects go to $tmp/objects only.
 mkdir -p "$tmp/objects"
 export GIT_INDEX_FILE="$tmp/index" GIT_OBJECT_DIRECTORY="$tmp/objects"
 export GIT_ALTERNATE_OBJECT_DIRECTORIES="$objects"
-git read-tree HEAD
-git add -A -- kernels
-tree=$(git write-tree --prefix=kernels/)
+git read-tree --empty
+git add -A -- kernels common
+tree=$(git write-tree)
+head_tree=$(git ls-tree HEAD kernels common | git mktree)
 unset GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
-head_tree=$(git rev-parse -q --verify HEAD:kernels || echo none)
 if [ "${1:-}" = "--print-tree" ]; then
   echo "$tree"
   exit 0
@@ -63,7 +65,7 @@ PY
       exit 1
     fi
   fi
-  echo "check_gpu_record: OK (kernels/ verified on GPU: $(sed -n 's/.*"device"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' "$record" | head -n1))"
+  echo "check_gpu_record: OK (kernels/ and common/ verified on GPU: $(sed -n 's/.*"device"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' "$record" | head -n1))"
   exit 0
 fi
 
@@ -75,7 +77,7 @@ if [ -f "$unverified" ] && grep -Eq "^[[:space:]]*${tree}[[:space:]]+[^[:space:]
 fi
 
 cat >&2 <<MSG
-check_gpu_record: ERROR: kernels/ changed since the last recorded GPU run.
+check_gpu_record: ERROR: kernels/ or common/ changed since the last recorded GPU run.
   current kernels tree: $tree
   recorded ($record): ${recorded:-<missing>}
 Either run the GPU checks on the H200 and record them:

@@ -34,9 +34,9 @@ import re
 import sys
 
 # The kernels' public headers (kernels/include/attn/kernels/) fall in three layers: neutral
-# types every layer may use (until Status moves to common/), the paged-KV page format that
-# kv_cache may use, and compute (everything else: only backends and above).
-KERNEL_TYPE_HEADERS = {"status.h", "attention_problem.h", "host_dtype.h"}
+# types every layer may use (Status itself is in common/: attn/common/status.h), the paged-KV
+# page format that kv_cache may use, and compute (everything else: only backends and above).
+KERNEL_TYPE_HEADERS = {"attention_problem.h", "host_dtype.h"}
 KERNEL_PAGE_FORMAT_HEADERS = {"paged_kv.h", "paged_kv_cpu.h"}
 
 _KERNELS = {"kernels:types", "kernels:page-format", "kernels:compute"}

@@ -14,7 +14,7 @@
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/cudnn_graph_key.h"
 #include "attn/kernels/cudnn_library.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 struct cudnnContext;
 

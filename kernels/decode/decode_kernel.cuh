@@ -1,5 +1,6 @@
-// The split-KV decode kernel (flash-decoding over a paged or contiguous KV cache) and the
-// partition merge kernel. Semantics and API: attn/kernels/paged_decode.h.
+// The split-KV decode kernel (flash-decoding over a paged or contiguous KV cache), which also
+// merges its partitions (decode_merge.cuh) and can store a folded append's new rows
+// (decode_fold.cuh). Semantics and API: attn/kernels/paged_decode.h.
 //
 // One block (4 warps) = one (sequence b, kv head h, KV partition p, chunk of 16 query rows).
 // Row r of the chunk is the pair (query token t, group head gq) with mc*16 + r = t*G + gq, so
@@ -29,8 +30,9 @@
 //     Queries (bf16 or fp16) are converted to fp16 once (bf16 beyond ±65504 is clamped), so
 //     the FP8 MMAs run in fp16 with fp32 accumulation for both query dtypes.
 //   - Epilogue: the 4 warps' (max, sum, O) are combined through shared memory; the block
-//     writes O (dtype) and lse directly when there is one partition, otherwise the normalised
-//     partial O (fp32) and its lse into the workspace for the merge kernel.
+//     writes O (dtype) and lse directly when its sequence has one partition, otherwise the
+//     normalised partial O (fp32) and its lse into the workspace; the last partition block of
+//     the chunk to finish merges them (decode_merge.cuh).
 // Masking: key j is visible to row (t, gq) iff j <= t + S_b - T_b (bottom-right causal; also
 // bounds j < S_b). Only tiles reaching past the first row's diagonal are masked per element;
 // in those each warp also checks its 16 V rows for ±Inf/NaN (NaN for FP8 pages) and keeps them
@@ -41,164 +43,16 @@
 // Included only by kernels/decode/decode_hd<H>.cu, which instantiate it explicitly.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "../common/nonfinite.cuh"
+#include "decode_fold.cuh"
+#include "decode_merge.cuh"
 #include "decode_params.h"
+#include "decode_ptx.cuh"
 
 namespace attn::kernels::decode {
-
-// ---- PTX wrappers --------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/// 16-byte async copy global -> shared; writes zeros when !pred (src-size 0 reads nothing).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(pred ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-/// c += a·b for one m16n8k16 tile (row.col), fp32 accumulation; bf16 or fp16 operands.
-template <bool kBf16>
-__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (kBf16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-/// Packs two floats into a 16-bit pair (low half = lo), round to nearest.
-template <bool kBf16>
-__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
-  if constexpr (kBf16) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  } else {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-}
-/// The float value of one 16-bit element.
-template <bool kBf16>
-__device__ __forceinline__ float HalfToFloat(uint16_t bits) {
-  if constexpr (kBf16) {
-    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-  } else {
-    return __half2float(__ushort_as_half(bits));
-  }
-}
-
-/// Two e4m3 bytes of w (bytes 0, 1 when !kHigh, bytes 2, 3 when kHigh) -> an fp16 pair, the
-/// lower byte in the low half. sm_89+: cvt.rn.f16x2.e4m3x2 (F2FP.F16.E4M3.UNPACK_B), the exact
-/// value. Older targets (never built here; kept so the header compiles for them): bit
-/// operations giving the value × 2^-8 (s.eeee.mmm at bits 15, 13..7 of a half is the fp16
-/// s.0eeee.mmm0000000, normal and subnormal alike); Fp8Unscale() undoes the factor.
-template <bool kHigh>
-__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t d;
-  if constexpr (kHigh) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n"
-        : "=r"(d)
-        : "r"(w));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n"
-        : "=r"(d)
-        : "r"(w));
-  }
-  return d;
-#else
-  const uint32_t x = __byte_perm(w, 0u, kHigh ? 0x3424u : 0x1404u);  // byte -> high byte of a half
-  return (x & 0x80008000u) | ((x >> 1) & 0x3f803f80u);
-#endif
-}
-/// The factor the dequantised FP8 values carry relative to the stored e4m3 values (see above).
-__device__ __forceinline__ float Fp8Unscale() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  return 1.f;
-#else
-  return 256.f;
-#endif
-}
-
-/// Hints the 128-byte line at `p` into L2 (no register result, never faults the loop).
-__device__ __forceinline__ void LdShared4(uint32_t addr, uint32_t (&w)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void StShared4(uint32_t addr, const uint32_t (&w)[4]) {
-  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]),
-               "r"(w[2]), "r"(w[3])
-               : "memory");
-}
-
-/// A 32-bit word of a V row: two fp16/bf16 values (16-bit pages) or four E4M3 bytes.
-template <bool kFp8, bool kBf16>
-__device__ __forceinline__ bool VWordNonFinite(uint32_t w) {
-  if constexpr (kFp8) {
-    return common::AnyNaNE4M3x4(w);
-  } else {
-    return common::AnyNonFinite16x2<kBf16>(w);
-  }
-}
-
-template <bool kFp8, bool kBf16>
-__device__ __forceinline__ uint32_t VWordZeroNonFinite(uint32_t w) {
-  if constexpr (kFp8) {
-    return common::ZeroNaNE4M3x4(w);
-  } else {
-    return common::ZeroNonFinite16x2<kBf16>(w);
-  }
-}
-
-__device__ __forceinline__ void PrefetchL2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
-__device__ __forceinline__ uint32_t BytePerm(uint32_t a, uint32_t b, uint32_t sel) {
-  return __byte_perm(a, b, sel);
-}
 
 // ---- Kernel traits -----------------------------------------------------------------------------
 template <int kDType_, int kKvDType_, int kHeadDim_>
@@ -297,7 +151,17 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
   const int rows_valid = min(q_len * G - row_begin, kRowsPerBlock);
   if (rows_valid <= 0) return;  // no such query rows
   const int k0 = part * p.partition_tokens;
-  if (p.partitions > 1 && k0 >= kv_len) return;  // the merge reads only partitions < S_b
+  // Partitions that hold keys of this sequence (at least one: a sequence without keys still
+  // writes zeros and lse = -inf). With one, the block writes o directly.
+  const int parts =
+      p.partitions == 1
+          ? 1
+          : max(1, min(p.partitions, (kv_len + p.partition_tokens - 1) / p.partition_tokens));
+  if (part >= parts) return;
+  // Folded append (decode_fold.cuh): keys from new_start on are read from new_k / new_v.
+  // FP8 pages never take one (PagedDecodeRun refuses it): compiled out there.
+  const bool fold = !kFp8 && p.new_k != nullptr;
+  const int new_start = fold ? max(kv_len - q_len, 0) : 0x7fffffff;
 
   // Keys this block visits: its partition, cut at the last valid row's diagonal.
   const int diag0 = kv_len - q_len;  // row (t, .) sees keys j <= t + diag0
@@ -329,6 +193,14 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
   const int ld_row0 = (tid / Tr::kRowChunks) * R;
   const unsigned char* kg = static_cast<const unsigned char*>(p.k) + ld_chunk * 16;
   const unsigned char* vg = static_cast<const unsigned char*>(p.v) + ld_chunk * 16;
+  const unsigned char* nkg =
+      p.new_k != nullptr ? static_cast<const unsigned char*>(p.new_k) + ld_chunk * 16 : kg;
+  const unsigned char* nvg =
+      p.new_v != nullptr ? static_cast<const unsigned char*>(p.new_v) + ld_chunk * 16 : vg;
+  // Byte offset of new row j (>= new_start) in new_k / new_v.
+  auto new_row = [&](int j) {
+    return ((q_row0 + (j - new_start)) * p.num_kv_heads + kvh) * kRowBytes;
+  };
   uint32_t ld_soff[R];  // shared-memory byte offsets of those rows' chunks within a tile
 #pragma unroll
   for (int i = 0; i < R; ++i) ld_soff[i] = Tr::TileOffset(ld_row0 + i, ld_chunk);
@@ -354,10 +226,20 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
         kRowBytes;
     const unsigned char* ks = kg + row0;
     const unsigned char* vs = vg + row0;
+    if (!fold || j + R <= new_start) {  // always, without a folded append
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-      CpAsync16(stage_k(stage) + ld_soff[i], ks + i * kRowBytes, i < valid);
-      CpAsync16(stage_v(stage) + ld_soff[i], vs + i * kRowBytes, i < valid);
+      for (int i = 0; i < R; ++i) {
+        CpAsync16(stage_k(stage) + ld_soff[i], ks + i * kRowBytes, i < valid);
+        CpAsync16(stage_v(stage) + ld_soff[i], vs + i * kRowBytes, i < valid);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const bool nw = i < valid && j + i >= new_start;
+        const int64_t n_off = nw ? new_row(j + i) : 0;
+        CpAsync16(stage_k(stage) + ld_soff[i], nw ? nkg + n_off : ks + i * kRowBytes, i < valid);
+        CpAsync16(stage_v(stage) + ld_soff[i], nw ? nvg + n_off : vs + i * kRowBytes, i < valid);
+      }
     }
   };
   // Contiguous K/V: the thread's rows are a runtime stride (K·H elements) apart. Rows past
@@ -391,8 +273,10 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       const int64_t slot =
           (static_cast<int64_t>(page[i]) * p.num_kv_heads + kvh) << p.page_shift | (j & page_mask);
       const int64_t off = ok ? slot * kRowBytes : 0;
-      CpAsync16(stage_k(stage) + ld_soff[i], kg + off, ok);
-      CpAsync16(stage_v(stage) + ld_soff[i], vg + off, ok);
+      const bool nw = fold && ok && j >= new_start;
+      const int64_t n_off = nw ? new_row(j) : 0;
+      CpAsync16(stage_k(stage) + ld_soff[i], nw ? nkg + n_off : kg + off, ok);
+      CpAsync16(stage_v(stage) + ld_soff[i], nw ? nvg + n_off : vg + off, ok);
     }
   };
   auto issue_rows = [&](int stage, int tile) {
@@ -716,6 +600,9 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
   // ---- Epilogue: combine the 4 warps, then write -----------------------------------------------
   CpAsyncWait<0>();
   __syncthreads();  // every warp is done with the stages: reuse them
+  if (fold && mc == (q_len * G - 1) / kRowsPerBlock) {
+    StoreNewRows<Tr::kRowBytes>(p, b, kvh, q_row0, new_start, k0, k_end);
+  }
   float* red = reinterpret_cast<float*>(smem);  // [warp][16 rows][kRedStride] (unnormalised O)
   float* stat_m = red + kWarps * kRowsPerBlock * Tr::kRedStride;  // [warp][16] max, exp2 units
   float* stat_l = stat_m + kWarps * kRowsPerBlock;                 // [warp][16] sum
@@ -792,7 +679,7 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
     const int pair = row_begin + row;
     const int t = pair / G;
     const int head = kvh * G + pair % G;
-    if (p.partitions == 1) {
+    if (parts == 1) {
       uint4 packed;
       packed.x = PackPair<kInBf16>(o[0], o[1]);
       packed.y = PackPair<kInBf16>(o[2], o[3]);
@@ -809,60 +696,11 @@ __global__ void __launch_bounds__(kThreads, Tr::kMinBlocks)
       if (d == 0) p.ws_lse[wrow * p.num_heads + head] = lse;
     }
   }
-}
-
-/// Combines the partitions of one (sequence, query token) per block: for every (head, 4 dims),
-/// O = Σ_p w_p O_p / Σ_p w_p with w_p = exp(lse_p - max lse), lse = max + log Σ w_p.
-/// Partitions at or past ceil(S_b / partition_tokens) were never written and are not read.
-template <int kDType>
-__global__ void __launch_bounds__(128) MergeKernel(const __grid_constant__ MergeParams p) {
-  constexpr bool kBf16 = kDType == static_cast<int>(DType::kBFloat16);
-  constexpr float kNegInf = -__builtin_huge_valf();
-  const int b = static_cast<int>(blockIdx.x) / p.max_q_len;
-  const int t = static_cast<int>(blockIdx.x) % p.max_q_len;
-  const int64_t q_row0 = p.q_offsets[b];
-  const int q_len = static_cast<int>(min(p.q_offsets[b + 1] - q_row0, int64_t{p.max_q_len}));
-  if (t >= q_len) return;
-  const int64_t total_q = p.q_offsets[p.batch];
-  const int kv_len = min(max(p.kv_lengths[b], 0), p.max_kv_len);
-  const int parts = min(p.partitions, (kv_len + p.partition_tokens - 1) / p.partition_tokens);
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.max_q_len;  // workspace rows per part
-  const int64_t wrow0 = static_cast<int64_t>(b) * p.max_q_len + t;
-  const int quads = p.head_dim / 4;
-  // blockIdx.y picks a slice of blockDim.x (head, quad) pairs: with one query row per sequence
-  // (decode) a single block per row would leave the GPU nearly idle (B = 1: one block).
-  for (int idx = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-       idx < p.num_heads * quads; idx += static_cast<int>(gridDim.y * blockDim.x)) {
-    const int head = idx / quads;
-    const int d = (idx % quads) * 4;
-    float m = kNegInf;
-    for (int q = 0; q < parts; ++q)
-      m = fmaxf(m, p.ws_lse[((q * rows) + wrow0) * p.num_heads + head]);
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
-    if (m != kNegInf) {
-      for (int q = 0; q < parts; ++q) {
-        const int64_t wr = (q * rows + wrow0) * p.num_heads + head;
-        const float lq = p.ws_lse[wr];
-        if (lq == kNegInf) continue;
-        const float w = __expf(lq - m);
-        const float4 x = *reinterpret_cast<const float4*>(p.ws_o + wr * p.head_dim + d);
-        o.x += w * x.x;
-        o.y += w * x.y;
-        o.z += w * x.z;
-        o.w += w * x.w;
-        wsum += w;
-      }
-    }
-    const bool seen = wsum != 0.f;  // NaN (a visible NaN/+Inf logit) propagates
-    const float inv = seen ? 1.f / wsum : 0.f;
-    uint2 packed;
-    packed.x = PackPair<kBf16>(seen ? o.x * inv : 0.f, seen ? o.y * inv : 0.f);
-    packed.y = PackPair<kBf16>(seen ? o.z * inv : 0.f, seen ? o.w * inv : 0.f);
-    uint16_t* og = static_cast<uint16_t*>(p.o) + ((q_row0 + t) * p.num_heads + head) * p.head_dim + d;
-    *reinterpret_cast<uint2*>(og) = packed;
-    if (d == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(head) * total_q + q_row0 + t] = seen ? m + __logf(wsum) : kNegInf;
+  if (parts > 1) {  // decode_merge.cuh: the last partition block of this chunk merges
+    unsigned int* counter =
+        p.counters + (static_cast<int64_t>(b) * p.num_kv_heads + kvh) * p.row_chunks + mc;
+    if (ArriveLast(counter, parts)) {
+      MergePartitions<H, kInBf16>(p, b, kvh, row_begin, rows_valid, parts, q_row0, total_q);
     }
   }
 }
@@ -883,16 +721,6 @@ cudaError_t DecodePrepare(int smem_bytes, int* blocks_per_sm) {
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, DecodeKernel<Tr>, kThreads,
                                                        smem_bytes);
-}
-
-template <int kDType>
-cudaError_t MergeLaunch(const MergeParams& params, cudaStream_t stream) {
-  // One thread per (head, 4 output elements) of a query row, 128 per block.
-  const int pairs = params.num_heads * (params.head_dim / 4);
-  const dim3 grid(static_cast<unsigned>(params.batch * params.max_q_len),
-                  static_cast<unsigned>((pairs + 127) / 128));
-  MergeKernel<kDType><<<grid, 128, 0, stream>>>(params);
-  return cudaGetLastError();
 }
 
 #define ATTN_DECODE_INSTANTIATE(DT, KDT, H)                                                    \

@@ -58,6 +58,14 @@ struct DecodeParams {
   const float* v_scales = nullptr;        ///< (B, K) FP8 only
   float* ws_o = nullptr;    ///< partitions > 1: (P, B*T, N, H) float32 normalised partials
   float* ws_lse = nullptr;  ///< partitions > 1: (P, B*T, N) float32 partial lse
+  /// partitions > 1: (B, K, row_chunks) arrival counters, zero on entry, left zero: the last
+  /// partition block of a (sequence, kv head, row chunk) to finish merges the partitions.
+  unsigned int* counters = nullptr;
+  /// Folded append (16-bit pages only), or null: (total_q, K, H) in the kv dtype; row
+  /// q_offsets[b] + i is position S_b - T_b + i of sequence b. The kernel reads those keys
+  /// from here and the last row chunk's blocks store them into the pages.
+  const void* new_k = nullptr;
+  const void* new_v = nullptr;
   int64_t bt_stride = 0;
   int64_t capacity = 0;         ///< contiguous: S_cap
   int32_t page_shift = 0;       ///< log2(page_tokens)
@@ -74,23 +82,6 @@ struct DecodeParams {
   float scale_log2 = 0.f;       ///< scale * log2(e)
 };
 
-/// Parameters of the merge kernel (partitions > 1).
-struct MergeParams {
-  const float* ws_o = nullptr;
-  const float* ws_lse = nullptr;
-  const int64_t* q_offsets = nullptr;
-  const int32_t* kv_lengths = nullptr;
-  void* o = nullptr;
-  float* lse = nullptr;
-  int32_t num_heads = 0;
-  int32_t head_dim = 0;
-  int32_t max_q_len = 1;
-  int32_t max_kv_len = 0;
-  int32_t partitions = 1;
-  int32_t partition_tokens = 0;
-  int32_t batch = 0;
-};
-
 using DecodeLaunchFn = cudaError_t (*)(const DecodeParams& params, dim3 grid, int smem_bytes,
                                        cudaStream_t stream);
 /// Raises the dynamic shared memory limit and returns the blocks per SM at `smem_bytes`.
@@ -102,10 +93,6 @@ cudaError_t DecodeLaunch(const DecodeParams& params, dim3 grid, int smem_bytes,
                          cudaStream_t stream);
 template <int kDType, int kKvDType, int kHeadDim>
 cudaError_t DecodePrepare(int smem_bytes, int* blocks_per_sm);
-/// The merge kernel, per output dtype (head dim is a runtime value).
-template <int kDType>
-cudaError_t MergeLaunch(const MergeParams& params, cudaStream_t stream);
-
 // ---- The explicit instantiation list -------------------------------------------------------
 // X(dtype, kv dtype, head dim). Each head dim's entries are compiled in decode_hd<H>.cu.
 #define ATTN_DECODE_DT_F16 static_cast<int>(::attn::kernels::DType::kFloat16)
@@ -125,8 +112,6 @@ cudaError_t MergeLaunch(const MergeParams& params, cudaStream_t stream);
                                                        cudaStream_t);                          \
   extern template cudaError_t DecodePrepare<DT, KDT, H>(int, int*);
 ATTN_DECODE_ALL_VARIANTS(ATTN_DECODE_EXTERN)
-extern template cudaError_t MergeLaunch<ATTN_DECODE_DT_F16>(const MergeParams&, cudaStream_t);
-extern template cudaError_t MergeLaunch<ATTN_DECODE_DT_BF16>(const MergeParams&, cudaStream_t);
 
 /// The append kernel's launcher, per (input dtype, kv dtype); H is a runtime value.
 struct AppendParams {

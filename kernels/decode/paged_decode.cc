@@ -1,5 +1,6 @@
 // PagedDecodeSupports / PagedDecodePlanFor / PagedDecodeRun / ContiguousDecodeRun: host side
-// of the decode family (kernels: decode_kernel.cuh, instantiated in decode_hd<H>.cu).
+// of the decode family (kernel: decode_kernel.cuh, instantiated in decode_hd<H>.cu; it merges
+// its own partitions, decode_merge.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -88,10 +89,23 @@ Status CheckQueries(const PagedDecodePlan& plan, const DecodeQueries& q) {
   if (misaligned(q.q) || misaligned(q.o)) {
     return InvalidArgument("decode: q and o must be 16-byte aligned");
   }
+  if ((q.new_k == nullptr) != (q.new_v == nullptr)) {
+    return InvalidArgument("decode: a folded append needs both new_k and new_v");
+  }
+  if (q.new_k != nullptr) {
+    if (plan.shape.source != KvSource::kPaged || plan.shape.kv_dtype != plan.shape.dtype) {
+      return InvalidArgument(
+          "decode: a folded append (new_k, new_v) needs paged K/V stored in the query dtype "
+          "(FP8 pages and contiguous K/V take none)");
+    }
+    if (misaligned(q.new_k) || misaligned(q.new_v)) {
+      return InvalidArgument("decode: new_k and new_v must be 16-byte aligned");
+    }
+  }
   return Status::Ok();
 }
 
-/// Fills the shape-derived fields and launches decode (+ merge when partitions > 1).
+/// Fills the shape-derived fields and launches decode (which merges its partitions itself).
 Status Launch(const PagedDecodePlan& plan, DecodeParams p, const DecodeQueries& q,
               void* workspace, cudaStream_t stream) {
   const PagedDecodeShape& s = plan.shape;
@@ -100,15 +114,20 @@ Status Launch(const PagedDecodePlan& plan, DecodeParams p, const DecodeQueries& 
       return InvalidArgument("decode: the plan needs " + std::to_string(plan.workspace_bytes) +
                              " bytes of 256-byte aligned workspace");
     }
+    // [counters | partial O | partial lse], each 256-byte aligned (PagedDecodePlanFor).
+    auto* base = static_cast<unsigned char*>(workspace);
     const int64_t rows = s.batch * s.max_q_len * s.num_heads * plan.partitions;
-    p.ws_o = static_cast<float*>(workspace);
     const size_t o_bytes = ((static_cast<size_t>(rows * s.head_dim) * 4 + 255) / 256) * 256;
-    p.ws_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + o_bytes);
+    p.counters = reinterpret_cast<unsigned int*>(base);
+    p.ws_o = reinterpret_cast<float*>(base + plan.counter_bytes);
+    p.ws_lse = reinterpret_cast<float*>(base + plan.counter_bytes + o_bytes);
   }
   p.q = q.q;
   p.q_offsets = q.q_offsets;
   p.o = q.o;
   p.lse = s.return_lse ? q.lse : nullptr;
+  p.new_k = q.new_k;
+  p.new_v = q.new_v;
   p.num_heads = static_cast<int32_t>(s.num_heads);
   p.num_kv_heads = static_cast<int32_t>(s.num_kv_heads);
   p.group = static_cast<int32_t>(s.num_heads / s.num_kv_heads);
@@ -124,27 +143,8 @@ Status Launch(const PagedDecodePlan& plan, DecodeParams p, const DecodeQueries& 
   const dim3 grid(static_cast<unsigned>(plan.row_chunks * plan.partitions),
                   static_cast<unsigned>(s.num_kv_heads), static_cast<unsigned>(s.batch));
   const auto launch = reinterpret_cast<DecodeLaunchFn>(plan.launch);
-  cudaError_t e = launch(p, grid, plan.smem_bytes, stream);
+  const cudaError_t e = launch(p, grid, plan.smem_bytes, stream);
   if (e != cudaSuccess) return CudaInternal("decode kernel launch", e);
-  if (plan.partitions > 1) {
-    decode::MergeParams m;
-    m.ws_o = p.ws_o;
-    m.ws_lse = p.ws_lse;
-    m.q_offsets = p.q_offsets;
-    m.kv_lengths = p.kv_lengths;
-    m.o = p.o;
-    m.lse = p.lse;
-    m.num_heads = p.num_heads;
-    m.head_dim = static_cast<int32_t>(s.head_dim);
-    m.max_q_len = p.max_q_len;
-    m.max_kv_len = p.max_kv_len;
-    m.partitions = p.partitions;
-    m.partition_tokens = p.partition_tokens;
-    m.batch = p.batch;
-    e = s.dtype == DType::kBFloat16 ? decode::MergeLaunch<ATTN_DECODE_DT_BF16>(m, stream)
-                                    : decode::MergeLaunch<ATTN_DECODE_DT_F16>(m, stream);
-    if (e != cudaSuccess) return CudaInternal("merge kernel launch", e);
-  }
   return Status::Ok();
 }
 
@@ -278,7 +278,9 @@ StatusOr<PagedDecodePlan> PagedDecodePlanFor(const PagedDecodeShape& shape, int 
     const int64_t rows = shape.batch * shape.max_q_len * shape.num_heads * plan.partitions;
     const size_t o_bytes = ((static_cast<size_t>(rows * shape.head_dim) * 4 + 255) / 256) * 256;
     const size_t lse_bytes = ((static_cast<size_t>(rows) * 4 + 255) / 256) * 256;
-    plan.workspace_bytes = o_bytes + lse_bytes;
+    const int64_t counters = shape.batch * shape.num_kv_heads * plan.row_chunks;
+    plan.counter_bytes = ((static_cast<size_t>(counters) * 4 + 255) / 256) * 256;
+    plan.workspace_bytes = plan.counter_bytes + o_bytes + lse_bytes;
   }
   if (plan.row_chunks * plan.partitions > 0x7fffffff) {
     return InvalidArgument("decode: too many blocks for the grid");

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

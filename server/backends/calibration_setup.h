@@ -10,7 +10,7 @@
 // only reads the table.
 #pragma once
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/backend_factory.h"
 #include "backends/calibration.h"
 #include "config/server_config.h"

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/backend.h"
 #include "device/device_pool.h"
 #include "device/gpu_device.h"

@@ -30,7 +30,7 @@
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/backend.h"
 #include "batching/batch_scheduler.h"
 #include "validation/validated_attend.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/backend.h"
 #include "validation/validated_attend.h"
 

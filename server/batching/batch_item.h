@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "batching/batch_decision.h"
 #include "batching/batch_item.h"
 #include "batching/batch_policy.h"

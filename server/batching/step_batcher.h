@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "batching/batch_scheduler.h"
 #include "backends/paged/extend_batch.h"
 #include "backends/paged/extend_step.h"

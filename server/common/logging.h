@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

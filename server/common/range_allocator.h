@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <map>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

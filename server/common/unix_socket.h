@@ -19,7 +19,7 @@
 #include <string>
 #include <utility>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

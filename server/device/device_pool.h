@@ -9,7 +9,7 @@
 #include <memory>
 #include <mutex>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "common/range_allocator.h"
 
 namespace attn {

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn {
 

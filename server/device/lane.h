@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "device/device_pool.h"
 #include "device/fault_latch.h"
 #include "device/graph_cache.h"

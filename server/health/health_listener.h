@@ -13,7 +13,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::health {
 

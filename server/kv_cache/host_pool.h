@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "kv_cache/kv_memory.h"
 
 namespace attn {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "common/range_allocator.h"
 
 namespace attn {

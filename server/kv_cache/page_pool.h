@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "attn/kernels/paged_kv.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "kv_cache/sub_pool.h"
 #include "kv_cache/kv_memory.h"
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/replay_output.h"
 #include "kv_cache/sequence.h"

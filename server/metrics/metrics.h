@@ -80,7 +80,7 @@
 #include <utility>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace prometheus {
 class Counter;

@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::metrics {
 

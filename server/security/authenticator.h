@@ -26,7 +26,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "security/token_table.h"
 
 namespace attn::security {

@@ -9,7 +9,7 @@
 
 #include <google/protobuf/message.h>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::security {
 

@@ -14,7 +14,7 @@
 
 #include <grpcpp/security/server_credentials.h>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::security {
 

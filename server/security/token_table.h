@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::security {
 

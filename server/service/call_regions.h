@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attention/v1/sequence.pb.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "shm/region_registry.h"
 
 namespace attn {

@@ -1,11 +1,11 @@
-// The one conversion from the project's Status (attn/kernels/status.h) to a grpc::Status, used
+// The one conversion from the project's Status (attn/common/status.h) to a grpc::Status, used
 // by every service when it finishes a call.
 // Pure; thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "common/client_text.h"
 
 namespace attn {

@@ -20,7 +20,7 @@
 
 #include <cstddef>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::shm {
 

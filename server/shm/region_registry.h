@@ -26,7 +26,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::shm {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::shm {
 

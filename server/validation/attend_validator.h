@@ -11,7 +11,7 @@
 
 #include "attention/v1/attention.pb.h"
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "validation/validated_attend.h"
 
 namespace attn {

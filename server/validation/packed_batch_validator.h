@@ -15,7 +15,7 @@
 
 #include "attention/v1/sequence.pb.h"
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "kv_cache/extend_args.h"
 
 namespace attn {

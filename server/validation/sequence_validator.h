@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "attention/v1/sequence.pb.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "kv_cache/extend_args.h"
 #include "kv_cache/sequence.h"
 

@@ -9,7 +9,7 @@
 // Pure function; thread-safe.
 #pragma once
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "validation/attend_validator.h"
 
 namespace attn {

@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attn/kernels/host_dtype.h"
@@ -28,6 +29,7 @@
 #include "backends/paged/extend_batch.h"
 #include "backends/paged/extend_step.h"
 #include "backends/paged/gpu_paged_attention.h"
+#include "backends/paged/gpu_paged_jobs.h"
 #include "kv_cache/page_pool.h"
 #include "kv_cache/sequence_store.h"
 #include "backends/paged/device_kv_memory.h"
@@ -389,6 +391,48 @@ TEST_F(GpuPagedAttentionTest, RefusesWhatTheKernelsCannotServe) {
   EXPECT_EQ(gpu_.compute->SupportsSequence(DType::kBFloat16, DType::kBFloat16, 8, 8, 96).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_TRUE(gpu_.compute->SupportsSequence(DType::kBFloat16, DType::kBFloat16, 8, 8, 128).ok());
+}
+
+// When a batch's appends fold into its decode launch (host logic; the folded launches
+// themselves are checked against the CPU path by the tests above and bit for bit against
+// append + decode in paged_decode_test).
+TEST(FoldableAppend, OnlyDecodeStepsOnDistinctLayersOf16BitPages) {
+  const int32_t table_a[4] = {0, 1, 2, 3}, table_b[4] = {4, 5, 6, 7};
+  auto step = [](const int32_t *table, int64_t start, int64_t tokens, DType kv) {
+    std::pair<PagedAppendItem, PagedAttendItem> s;
+    s.first.layer.pool.kv_dtype = kv;
+    s.first.layer.block_table = table;
+    s.first.layer.kv_len = start + tokens;
+    s.first.start = start;
+    s.first.tokens = tokens;
+    s.first.src_dtype = DType::kBFloat16;
+    s.second.layer = s.first.layer;
+    s.second.query.tokens = tokens;
+    s.second.query.dtype = DType::kBFloat16;
+    return s;
+  };
+  auto foldable = [](std::vector<std::pair<PagedAppendItem, PagedAttendItem>> steps) {
+    std::vector<PagedAppendItem> a;
+    std::vector<PagedAttendItem> t;
+    for (auto &s : steps) {
+      a.push_back(s.first);
+      t.push_back(s.second);
+    }
+    return FoldableAppend(a.data(), t.data(), a.size());
+  };
+  EXPECT_TRUE(foldable({step(table_a, 40, 1, DType::kBFloat16)}));
+  EXPECT_TRUE(foldable({step(table_a, 40, 1, DType::kBFloat16), step(table_b, 9, 64, DType::kBFloat16)}));
+  EXPECT_FALSE(foldable({}));
+  EXPECT_FALSE(foldable({step(table_a, 40, 1, DType::kFloat8E4M3)}));          // FP8: own append
+  EXPECT_FALSE(foldable({step(table_a, 40, 65, DType::kBFloat16)}));           // prefill-sized
+  EXPECT_FALSE(foldable({step(table_a, 40, 1, DType::kBFloat16),
+                         step(table_a, 41, 1, DType::kBFloat16)}));            // one layer twice
+  auto gap = step(table_a, 40, 2, DType::kBFloat16);
+  gap.second.layer.kv_len += 1;  // attends a key past the appended ones
+  EXPECT_FALSE(foldable({gap}));
+  auto fewer = step(table_a, 40, 2, DType::kBFloat16);
+  fewer.second.query.tokens = 1;  // attends fewer rows than it appends
+  EXPECT_FALSE(foldable({fewer}));
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 //      worse than 5× that, rows that see no key exactly 0 with lse −inf, lse within 1e-3
 //      (FP8: lse and a dtype-tolerance check against the reference on the dequantised pool,
 //      which isolates kernel errors from quantisation error), NaN never passes;
-//   4. optionally runs the contiguous-K/V variant on the same data and requires bit-identical
+//   4. 16-bit pages: runs decode again with the append folded into it (the pool holding only
+//      the prefix, the newest rows in DecodeQueries::new_k / new_v), twice on one workspace,
+//      and requires bit-identical o and lse and a byte-identical pool;
+//   5. optionally runs the contiguous-K/V variant on the same data and requires bit-identical
 //      output (same plan partitions: same arithmetic, different addressing).
 // Without a CUDA device the tests skip ("no CUDA device: skipped").
 #include <cuda_runtime_api.h>
@@ -349,6 +352,7 @@ Status RunCase(const Case& c) {
     return out;
   };
   cudaStream_t stream = nullptr;
+  DeviceBuffer d_pre_kp, d_pre_vp;
   for (int step = 0; step < 2; ++step) {
     const bool newest = step == 1;
     const std::vector<int64_t>& off = newest ? new_off : pre_off;
@@ -368,6 +372,12 @@ Status RunCase(const Case& c) {
     rows.saturations = d_sat.as<unsigned long long>();
     ATTN_RETURN_IF_ERROR(PagedAppendRun(pool, batch, rows, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
+    if (!newest) {  // the pool holding the prefix only: the folded append's starting point
+      ATTN_RETURN_IF_ERROR(d_pre_kp.Alloc(pool_bytes));
+      ATTN_RETURN_IF_ERROR(d_pre_vp.Alloc(pool_bytes));
+      CUDA_OK(cudaMemcpy(d_pre_kp.get(), d_kp.get(), pool_bytes, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaMemcpy(d_pre_vp.get(), d_vp.get(), pool_bytes, cudaMemcpyDeviceToDevice));
+    }
   }
   batch.kv_lengths = d_kvlen.as<int32_t>();
 
@@ -463,6 +473,7 @@ Status RunCase(const Case& c) {
   ATTN_RETURN_IF_ERROR(d_lse.FromVec(lse_poison));
   ATTN_RETURN_IF_ERROR(d_ws.Alloc(plan->workspace_bytes));
   CUDA_OK(cudaMemset(d_ws.get(), 0xff, std::max<size_t>(plan->workspace_bytes, 256)));
+  CUDA_OK(cudaMemset(d_ws.get(), 0, plan->counter_bytes));  // counters start at zero
   CUDA_OK(cudaDeviceSynchronize());  // the memset is on the legacy stream; the run is not
   DecodeQueries dq;
   dq.q = d_q.get();
@@ -542,6 +553,49 @@ Status RunCase(const Case& c) {
   }
   std::printf("    rel_l2 %.3g\n", rel);
 
+  // The folded append (16-bit pages, every T_b <= S_b): the pool holding only the prefix, the
+  // newest rows in new_k / new_v, one decode launch. Same o and lse bit for bit, same pool
+  // bytes, and the counters back at zero (the workspace is reused, unzeroed, for a second run).
+  bool foldable = !fp8;
+  for (int64_t b = 0; b < B; ++b) foldable = foldable && c.q_lens[b] <= c.kv_lens[b];
+  if (foldable) {
+    DeviceBuffer d_nk, d_nv, d_o3, d_lse3;
+    ATTN_RETURN_IF_ERROR(d_nk.FromVec(rows_of(hk, true)));
+    ATTN_RETURN_IF_ERROR(d_nv.FromVec(rows_of(hv, true)));
+    ATTN_RETURN_IF_ERROR(d_o3.FromVec(o_poison));
+    ATTN_RETURN_IF_ERROR(d_lse3.FromVec(lse_poison));
+    PagedKvPool pool3 = pool;
+    pool3.k_pages = d_pre_kp.get();
+    pool3.v_pages = d_pre_vp.get();
+    DecodeQueries dq3 = dq;
+    dq3.o = d_o3.get();
+    dq3.lse = d_lse3.as<float>();
+    dq3.new_k = d_nk.get();
+    dq3.new_v = d_nv.get();
+    for (int run = 0; run < 2; ++run) {
+      ATTN_RETURN_IF_ERROR(PagedDecodeRun(*plan, pool3, batch, dq3, d_ws.get(), stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      CUDA_OK(cudaGetLastError());
+      std::vector<uint16_t> o3(o.size());
+      std::vector<float> lse3(lse.size());
+      std::vector<uint8_t> kp3(pool_bytes), vp3(pool_bytes);
+      ATTN_RETURN_IF_ERROR(d_o3.To(&o3));
+      ATTN_RETURN_IF_ERROR(d_lse3.To(&lse3));
+      ATTN_RETURN_IF_ERROR(d_pre_kp.To(&kp3));
+      ATTN_RETURN_IF_ERROR(d_pre_vp.To(&vp3));
+      if (std::memcmp(o.data(), o3.data(), o.size() * 2) != 0 ||
+          std::memcmp(lse.data(), lse3.data(), lse.size() * 4) != 0) {
+        return Internal("folded append: decode output differs from append + decode (run " +
+                        std::to_string(run) + ")");
+      }
+      if (kp3 != kp || vp3 != vp) {
+        return Internal("folded append: the pool differs from PagedAppendRun's (run " +
+                        std::to_string(run) + ")");
+      }
+    }
+    std::printf("    folded append: identical output and pool\n");
+  }
+
   // The contiguous variant on the same (quantised) data: bit-identical output.
   if (c.check_contiguous) {
     PagedDecodeShape cs = shape;
@@ -571,6 +625,8 @@ Status RunCase(const Case& c) {
     ATTN_RETURN_IF_ERROR(d_o2.FromVec(o_poison));
     ATTN_RETURN_IF_ERROR(d_lse2.FromVec(lse_poison));
     ATTN_RETURN_IF_ERROR(d_ws2.Alloc(cplan->workspace_bytes));
+    CUDA_OK(cudaMemset(d_ws2.get(), 0, cplan->counter_bytes));
+    CUDA_OK(cudaDeviceSynchronize());
     ContiguousKv kv;
     kv.k = d_ck.get();
     kv.v = d_cv.get();
@@ -986,6 +1042,8 @@ Status RunDecodeCase(const parity::HostCase& c, parity::HostOutputs* out) {
   ATTN_RETURN_IF_ERROR(d_o.Alloc(q.size()));
   ATTN_RETURN_IF_ERROR(d_lse.Alloc(std::max<int64_t>(total_q, 1) * N * sizeof(float)));
   ATTN_RETURN_IF_ERROR(d_ws.Alloc(plan->workspace_bytes));
+  CUDA_OK(cudaMemset(d_ws.get(), 0, plan->counter_bytes));  // counters start at zero
+  CUDA_OK(cudaDeviceSynchronize());
   ContiguousKv kv;
   kv.k = d_k.get();
   kv.v = d_v.get();

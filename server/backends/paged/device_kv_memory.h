@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "device/device_pool.h"
 #include "kv_cache/kv_memory.h"
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/paged/extend_step.h"
 #include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/sequence_store.h"

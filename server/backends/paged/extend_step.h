@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/paged/paged_attention_backend.h"
 #include "kv_cache/extend_args.h"
 #include "kv_cache/sequence_store.h"

@@ -208,6 +208,12 @@ Status GpuPagedAttention::AppendAttendBatch(PagedAppendItem *appends,
   ATTN_RETURN_IF_ERROR(LayoutAppend(appends, n, &a));
   if (arrays.count() == 0) return Run(&a, nullptr, times);  // append-only steps
   PagedAttendJob t;
+  if (static_cast<size_t>(arrays.count()) == n && FoldableAppend(appends, attends, n)) {
+    // One decode launch appends and attends (16-bit decode steps: the common case).
+    ATTN_RETURN_IF_ERROR(LayoutAttend(device_, arrays.layers.data(), arrays.queries.data(),
+                                      arrays.outs.data(), arrays.count(), &t, appends));
+    return Run(nullptr, &t, times);
+  }
   ATTN_RETURN_IF_ERROR(LayoutAttend(device_, arrays.layers.data(), arrays.queries.data(),
                                     arrays.outs.data(), arrays.count(), &t));
   return Run(&a, &t, times);

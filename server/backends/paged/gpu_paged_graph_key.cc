@@ -15,6 +15,7 @@ void PutDecodePlan(const kernels::PagedDecodePlan &p, GraphKeyWriter &w) {
   w.Put(s.return_lse);
   w.Put(p.device).Put(p.partitions).Put(p.partition_tokens).Put(p.tile_tokens).Put(p.stages);
   w.Put(p.row_chunks).Put(p.smem_bytes).Put(p.grid_blocks).Put(p.workspace_bytes).Put(p.launch);
+  w.Put(p.counter_bytes);
 }
 
 }  // namespace
@@ -36,6 +37,7 @@ bool PutAttendGraphKey(const PagedAttendJob &j, GraphKeyWriter &w) {
   w.Put(j.row_bytes).Put(j.fp8);
   w.Put(j.qo_bytes).Put(j.at_q).Put(j.at_bt).Put(j.at_len).Put(j.at_off).Put(j.at_ks);
   w.Put(j.at_vs).Put(j.upload).Put(j.at_o).Put(j.at_ws).Put(j.bytes);
+  w.Put(j.appends != nullptr).Put(j.kv_row_bytes).Put(j.at_nk).Put(j.at_nv);
   if (j.split.decode_entries > 0) PutDecodePlan(j.plan, w);
   PutPool(j.layers[0].pool, w);
   return true;

@@ -141,12 +141,36 @@ void FinishAppend(const PagedAppendJob &j, const char *h) {
   }
 }
 
+bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *attends, size_t n) {
+  if (n == 0) return false;
+  std::vector<const int32_t *> tables;
+  tables.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const PagedAppendItem &a = appends[i];
+    const PagedAttendItem &t = attends[i];
+    if (a.layer.pool.kv_dtype != t.query.dtype || a.src_dtype != t.query.dtype ||
+        a.layer.pool.kv_dtype == DType::kFloat8E4M3 ||
+        !SamePool(a.layer.pool, t.layer.pool) || a.layer.block_table != t.layer.block_table) {
+      return false;
+    }
+    if (t.query.tokens < 1 || t.query.tokens > kernels::kPagedDecodeMaxQueryLen ||
+        a.tokens != t.query.tokens || a.start + a.tokens != t.layer.kv_len) {
+      return false;
+    }
+    tables.push_back(t.layer.block_table);
+  }
+  std::sort(tables.begin(), tables.end());
+  return std::adjacent_find(tables.begin(), tables.end()) == tables.end();
+}
+
 Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
-                    void *const *outs, int64_t count, PagedAttendJob *job) {
+                    void *const *outs, int64_t count, PagedAttendJob *job,
+                    const PagedAppendItem *appends) {
   PagedAttendJob &j = *job;
   j.layers = layers;
   j.queries = queries;
   j.outs = outs;
+  j.appends = appends;
   j.count = count;
   const kernels::PagedKvPool &pool = layers[0].pool;
   const PagedQuery &q0 = queries[0];
@@ -217,7 +241,11 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     j.pplan = *pplan;
   }
 
+  if (appends != nullptr && (prows > 0 || rows != count)) {
+    return InvalidArgument("GPU paged attention: a folded append needs one decode entry per step");
+  }
   j.row_bytes = N * H * esize;
+  j.kv_row_bytes = j.K * H * esize;
   j.qo_bytes = static_cast<uint64_t>(total_q * j.row_bytes);
   Segments seg;
   j.at_q = seg.Add(j.qo_bytes);
@@ -229,9 +257,14 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
   j.at_pbt = seg.Add(static_cast<uint64_t>(prows * j.max_blocks) * 4);
   j.at_plen = seg.Add(static_cast<uint64_t>(prows) * 4);
   j.at_poff = seg.Add(prows > 0 ? static_cast<uint64_t>(prows + 1) * 8 : 0);
-  j.upload = seg.total;
-  j.at_o = seg.Add(j.qo_bytes);
+  const uint64_t new_bytes = appends != nullptr ? static_cast<uint64_t>(total_q * j.kv_row_bytes) : 0;
+  j.at_nk = seg.Add(new_bytes);
+  j.at_nv = seg.Add(new_bytes);
+  // The workspace starts with the decode's arrival counters: uploaded as zeros (the region is
+  // reused by other layouts between calls), the partials after them on the device only.
   j.at_ws = seg.Add(rows > 0 ? j.plan.workspace_bytes : 0);
+  j.upload = j.at_ws + AlignSegment(rows > 0 ? j.plan.counter_bytes : 0);
+  j.at_o = seg.Add(j.qo_bytes);
   j.bytes = seg.total;
   return Status::Ok();
 }
@@ -247,7 +280,10 @@ void PackAttend(const PagedAttendJob &j, char *h) {
   auto *plen = reinterpret_cast<int32_t *>(h + j.at_plen);
   auto *poff = reinterpret_cast<int64_t *>(h + j.at_poff);
   const int64_t mb = j.max_blocks;
-  if (j.split.decode_entries > 0) off[0] = 0;
+  if (j.split.decode_entries > 0) {
+    off[0] = 0;
+    std::memset(h + j.at_ws, 0, static_cast<size_t>(j.plan.counter_bytes));
+  }
   if (j.split.prefill_entries > 0) poff[0] = 0;
   for (int64_t i = 0; i < j.count; ++i) {
     const PagedLayerView &L = j.layers[i];
@@ -263,6 +299,12 @@ void PackAttend(const PagedAttendJob &j, char *h) {
       plen[p] = static_cast<int32_t>(L.kv_len);
       poff[p + 1] = poff[p] + T;
       continue;
+    }
+    if (j.appends != nullptr) {  // folded append: the step's new rows at its q rows
+      const uint64_t at = static_cast<uint64_t>(it.q_row * j.kv_row_bytes);
+      const size_t bytes = static_cast<size_t>(T * j.kv_row_bytes);
+      std::memcpy(h + j.at_nk + at, j.appends[i].k, bytes);
+      std::memcpy(h + j.at_nv + at, j.appends[i].v, bytes);
     }
     int64_t r = it.entry;
     for (int64_t r0 = 0; r0 < T; r0 += kChunk, ++r) {
@@ -294,6 +336,10 @@ Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream) {
     dq.q = d + j.at_q;
     dq.q_offsets = reinterpret_cast<const int64_t *>(d + j.at_off);
     dq.o = d + j.at_o;
+    if (j.appends != nullptr) {
+      dq.new_k = d + j.at_nk;
+      dq.new_v = d + j.at_nv;
+    }
     ATTN_RETURN_IF_ERROR(kernels::PagedDecodeRun(
         j.plan, pool, batch, dq, j.plan.workspace_bytes > 0 ? d + j.at_ws : nullptr, stream));
   }

@@ -31,19 +31,24 @@ struct PagedAppendJob {
            bytes = 0;
 };
 
-/// Where one attention call's inputs and outputs sit in its region: [0, upload) is uploaded;
-/// o and the split-KV workspace follow on the device only; o comes back over q.
+/// Where one attention call's inputs and outputs sit in its region: [0, upload) is uploaded
+/// (the split-KV workspace's arrival counters last, as zeros); the rest of the workspace and
+/// o follow on the device only; o comes back over q. A folded append (`appends` set) carries
+/// each step's new k/v rows at its q rows (at_nk, at_nv) into the decode launch instead of an
+/// append launch of its own.
 struct PagedAttendJob {
   const PagedLayerView *layers = nullptr;
   const PagedQuery *queries = nullptr;
   void *const *outs = nullptr;
-  int64_t count = 0, K = 0, max_blocks = 1, row_bytes = 0;
+  const PagedAppendItem *appends = nullptr;  // folded append: one per step, else null
+  int64_t count = 0, K = 0, max_blocks = 1, row_bytes = 0, kv_row_bytes = 0;
   bool fp8 = false;
   AttendSplit split;
   kernels::PagedDecodePlan plan;  // when split.decode_entries > 0
   kernels::FusedPagedPlan pplan;  // when split.prefill_entries > 0
   uint64_t qo_bytes = 0, at_q = 0, at_bt = 0, at_len = 0, at_off = 0, at_ks = 0, at_vs = 0,
-           at_pbt = 0, at_plen = 0, at_poff = 0, upload = 0, at_o = 0, at_ws = 0, bytes = 0;
+           at_pbt = 0, at_plen = 0, at_poff = 0, at_nk = 0, at_nv = 0, at_ws = 0, upload = 0,
+           at_o = 0, bytes = 0;
 };
 
 /// Checks an append call (one KV layout class and source dtype, non-negative starts and counts)
@@ -56,11 +61,19 @@ Status LaunchAppend(const PagedAppendJob &j, char *d, cudaStream_t stream);
 /// Adds the FP8 saturation counts downloaded into `h` to their items.
 void FinishAppend(const PagedAppendJob &j, const char *h);
 
+/// True when `n` steps' appends can fold into their decode launch (DecodeQueries::new_k): 16-bit
+/// pages in the query dtype, every step attends exactly the 1..64 tokens it appends as its
+/// newest keys (appends[i].start + tokens == attends[i].layer.kv_len), and no layer (block
+/// table) appears twice (a step would otherwise need another step's appended keys in pages).
+bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *attends, size_t n);
+
 /// Checks an attention call (one layout class, dtype, query heads and scale; 1 <= T <= kv_len),
 /// splits it over its launches (AttendSplit), plans them for CUDA device `device` and lays out
-/// its region. Errors: INVALID_ARGUMENT; the kernels' planning errors.
+/// its region. `appends`: null, or the steps' appends (FoldableAppend held) to fold into the
+/// decode launch. Errors: INVALID_ARGUMENT; the kernels' planning errors.
 Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
-                    void *const *outs, int64_t count, PagedAttendJob *job);
+                    void *const *outs, int64_t count, PagedAttendJob *job,
+                    const PagedAppendItem *appends = nullptr);
 /// Packs q, block tables, lengths, offsets and FP8 scales into `h`.
 void PackAttend(const PagedAttendJob &j, char *h);
 /// Enqueues the decode launch and the fused paged launch (either may be empty) on `stream`.

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 #include "backends/backend_factory.h"
 #include "config/server_config.h"
 #include "kv_cache/page_pool.h"

@@ -6,7 +6,7 @@
 // ATTN_CUDA.
 #pragma once
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

@@ -44,7 +44,7 @@
 #include "attn/kernels/cudnn_attention_supports.h"
 #include "attn/kernels/cudnn_graph_key.h"
 #include "attn/kernels/paged_kv.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 struct cudnnContext;
 

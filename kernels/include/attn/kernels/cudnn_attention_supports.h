@@ -3,7 +3,7 @@
 #pragma once
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

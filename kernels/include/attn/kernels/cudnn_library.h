@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

@@ -7,7 +7,7 @@
 // (device_limits.cc) is built only with ATTN_CUDA.
 #pragma once
 
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

@@ -47,7 +47,7 @@
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

@@ -38,7 +38,7 @@
 #include <cstdint>
 
 #include "attn/kernels/attention_problem.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

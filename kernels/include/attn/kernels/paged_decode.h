@@ -3,7 +3,8 @@
 // Two operations on the page format of paged_kv.h ([pages, K, page_tokens, H] per sub-pool,
 // block tables, FP8 scales per (sequence, kv head)):
 //
-// 1. PagedAppendRun: the one kernel that writes the page format. New k, v rows of each
+// 1. PagedAppendRun: the kernel that writes the page format (a decode launch can also store
+//    its own steps' new rows: DecodeQueries::new_k, 16-bit pages). New k, v rows of each
 //    sequence, packed (total_new, K, H) in dtype (fp16/bf16), go to token positions
 //    [S_b - new_b, S_b) of sequence b (S_b = batch.kv_lengths[b], the length AFTER the append;
 //    new_b = new_offsets[b+1] - new_offsets[b]) through its block table. kv dtype equal to the
@@ -32,8 +33,14 @@
 //    with fp32 accumulation (FP8 pages are converted to fp16 in registers with
 //    cvt.rn.f16x2.e4m3x2 on sm_89+; the K scale is applied once to the logits and the V scale once to the output).
 //    With one partition the kernel writes o and lse directly; otherwise each block writes its
-//    partition's normalised partial output (fp32) and lse into the workspace and a merge kernel
-//    combines the partitions by lse into o (dtype) and lse.
+//    partition's normalised partial output (fp32) and lse into the workspace and counts itself
+//    in on an arrival counter per (sequence, kv head, row chunk); the last block to arrive
+//    combines the partitions by lse into o (dtype) and lse and resets the counter (one launch,
+//    no merge kernel). A sequence whose keys fit one partition is written directly.
+//
+// 3. Folded append (16-bit pages): a decode launch given DecodeQueries::new_k / new_v reads
+//    the T_b newest keys of sequence b from there and stores them into their page slots (as
+//    PagedAppendRun would, a bit copy) in the same launch, so a decode step needs one kernel.
 //
 // dtypes: q, o, new k/v: kFloat16 or kBFloat16; kv dtype: the same, or kFloat8E4M3.
 // Head dims 64 and 128. Page sizes: powers of two from 1 to 65536 tokens.
@@ -52,7 +59,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/paged_kv.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 
@@ -102,6 +109,10 @@ struct PagedDecodePlan {
   int sm_count = 0;              ///< SMs the grid was sized for (L4-clamped when emulating)
   int64_t grid_blocks = 0;       ///< decode blocks launched (B · K · partitions · row_chunks)
   size_t workspace_bytes = 0;    ///< device workspace PagedDecodeRun needs (0 when partitions==1)
+  /// The first counter_bytes of the workspace: arrival counters (uint32 per sequence, kv head
+  /// and row chunk) that must be zero when a launch starts; every completed launch leaves them
+  /// zero, so zeroing once after allocation suffices (0 when partitions == 1).
+  size_t counter_bytes = 0;
   const void* launch = nullptr;  ///< internal: the instantiated launcher (opaque)
   /// "decode bf16/bf16 h128 p4x2048 st3 smem98304 occ2" for reports.
   std::string Describe() const;
@@ -113,6 +124,14 @@ struct DecodeQueries {
   const int64_t* q_offsets = nullptr; ///< (B+1) int64, exclusive prefix sum of T_b, q_offsets[0]=0
   void* o = nullptr;                  ///< (total_q, N, H) dtype, 16-byte aligned; fully written
   float* lse = nullptr;               ///< (N, total_q) float32; non-null iff shape.return_lse
+  /// Folded append, or both null: (total_q, K, H) in the kv dtype (paged K/V stored in the
+  /// query dtype only), 16-byte aligned. Row q_offsets[b] + i is the key (new_k) and value
+  /// (new_v) of position S_b - T_b + i of sequence b (its T_b newest tokens, T_b <= S_b): the
+  /// launch reads those keys from here, not from the pages, and stores them into the pages
+  /// (block-table entries must exist for them); afterwards the pool holds what PagedAppendRun
+  /// of the same rows followed by decode would have left, and o is bit-identical to that.
+  const void* new_k = nullptr;
+  const void* new_v = nullptr;
 };
 
 /// Contiguous K/V for ContiguousDecodeRun (device pointers).
@@ -146,7 +165,8 @@ StatusOr<PagedDecodePlan> PagedDecodePlanFor(const PagedDecodeShape& shape, int 
 /// in [0, shape.max_kv_len] with block table entries for its ceil(S_b / page_tokens) blocks
 /// (entries past those are never read); batch.k_scales / v_scales are required for FP8 and
 /// must be positive and finite. `workspace`: plan.workspace_bytes of device memory, 256-byte
-/// aligned (may be null when 0), owned by the caller, not shared between concurrent launches.
+/// aligned (may be null when 0), owned by the caller, not shared between concurrent launches;
+/// its first plan.counter_bytes must be zero when the launch starts (see PagedDecodePlan).
 /// Errors: INVALID_ARGUMENT for mismatches or missing pointers; INTERNAL naming the
 /// cudaError_t of a failed launch. B == 0 or N == 0 enqueues nothing.
 Status PagedDecodeRun(const PagedDecodePlan& plan, const PagedKvPool& pool,

@@ -23,7 +23,7 @@
 
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/paged_kv.h"
-#include "attn/kernels/status.h"
+#include "attn/common/status.h"
 
 namespace attn::kernels {
 

@@ -1,4 +1,6 @@
-// Status and StatusOr: the error type that crosses module boundaries (DESIGN.md §13.1).
+// Status and StatusOr: the error type that crosses module boundaries (DESIGN.md §13.1), in
+// the header-only attn_common target so that kernels, server and client share it without any
+// of them including another's folder (docs/architecture.md, the include rule).
 //
 // Codes mirror gRPC's canonical codes, so the services convert them one-to-one at their edge
 // (ToGrpc, server/service/grpc_status.h). Kernel entry points return Status as well: a failed
@@ -31,8 +33,28 @@ enum class StatusCode : int {
   kUnavailable = 14,
 };
 
-/// Returns the upper-case gRPC name of a code, e.g. "INVALID_ARGUMENT".
-const char* StatusCodeName(StatusCode code);
+/// Returns the upper-case gRPC name of a code, e.g. "INVALID_ARGUMENT" ("UNKNOWN" for a value
+/// outside the enum).
+inline const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kCancelled: return "CANCELLED";
+    case StatusCode::kUnknown: return "UNKNOWN";
+    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case StatusCode::kNotFound: return "NOT_FOUND";
+    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case StatusCode::kAborted: return "ABORTED";
+    case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
+    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
+    case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kUnavailable: return "UNAVAILABLE";
+  }
+  return "UNKNOWN";
+}
 
 /// A code and a human-readable message. Ok() has an empty message.
 class [[nodiscard]] Status {
@@ -44,8 +66,11 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  /// "CODE: message", for logs.
-  std::string ToString() const;
+  /// "CODE: message" ("OK" when ok), for logs.
+  std::string ToString() const {
+    if (ok()) return "OK";
+    return std::string(StatusCodeName(code_)) + ": " + message_;
+  }
 
  private:
   StatusCode code_ = StatusCode::kOk;
