@@ -38,13 +38,23 @@ Status CudnnBackend::Supports(const AttentionShape& shape) const {
 
 Status CudnnBackend::Execute(const AttentionShape& shape, const AttentionTensors& host,
                              ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{&host, nullptr}, times);
+}
+
+Status CudnnBackend::ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                                   ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{nullptr, &problem}, times);
+}
+
+Status CudnnBackend::Run(const AttentionShape& shape, const GpuContext::Io& io,
+                         ExecuteTimes* times) {
   if (!available()) return FailedPrecondition("cudnn is unavailable: " + unavailable_reason_);
   auto plan = cudnn_->Plan(shape, /*fp8=*/false);
   if (!plan.ok()) return plan.status();
   const kernels::CudnnPlan& p = *plan;
   kernels::CudnnAttention* cd = cudnn_.get();
-  return gpu_->Execute(
-      shape, host, p.workspace_bytes,
+  return gpu_->Dispatch(
+      shape, io, p.workspace_bytes,
       [&p, cd](const AttentionTensors& dev, void* ws, uint64_t ws_bytes, cublasContext*,
                cudaStream_t stream) {
         return cd->Run(p, dev, kernels::CudnnFp8Inputs{}, ws, ws_bytes, stream);

@@ -31,8 +31,14 @@ class CudnnBackend final : public Backend {
   /// GpuContext with the plan's workspace from the pool.
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;
+  /// The same, the inputs packed straight into the lane's pinned staging
+  /// (GpuContext::ExecuteStaged).
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       ExecuteTimes* times) override;
 
  private:
+  /// Execute's and ExecuteStaged's body: plan, then GpuContext::Dispatch with `io`.
+  Status Run(const AttentionShape& shape, const GpuContext::Io& io, ExecuteTimes* times);
   std::string name_ = "cudnn";
   std::shared_ptr<GpuContext> gpu_;
   std::shared_ptr<kernels::CudnnAttention> cudnn_;

@@ -1,9 +1,10 @@
 // Fault injection for tests (issue 8): a Backend decorator that forwards everything to the
-// backend it wraps, except that from the Nth Execute on (counted over every backend sharing one
-// FaultCounter, in call order) Execute returns INTERNAL without running, as a backend does after
-// a device fault (a sticky CUDA error fails every later launch too). The service's device-fault
-// path then turns health NOT_SERVING. Enabled by the hidden server flag
-// --inject-backend-fault-after=N (BackendRegistry::InjectFaultAfter); never on by default.
+// backend it wraps, except that from the Nth execute on (Execute, ExecuteUntil or ExecuteStaged,
+// counted over every backend sharing one FaultCounter, in call order) it returns INTERNAL
+// without running, as a backend does after a device fault (a sticky CUDA error fails every
+// later launch too). The service's device-fault path then turns health NOT_SERVING. Enabled by
+// the hidden server flag --inject-backend-fault-after=N (BackendRegistry::InjectFaultAfter);
+// never on by default.
 // Thread-safety: as the wrapped backend; the counter is atomic.
 #pragma once
 
@@ -40,8 +41,15 @@ class FaultInjectingBackend final : public Backend {
   /// The same, forwarding `should_stop` to the wrapped backend.
   Status ExecuteUntil(const AttentionShape& shape, const AttentionTensors& host,
                       const std::function<bool()>& should_stop, ExecuteTimes* times) override;
+  /// The wrapped ExecuteStaged (so a GPU backend keeps its staged path), or INTERNAL as
+  /// Execute; `problem`'s callbacks are then not called.
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       ExecuteTimes* times) override;
 
  private:
+  /// Counts one execute: INTERNAL ("injected device fault ...") from call fault_at on.
+  Status CountCall();
+
   std::unique_ptr<Backend> inner_;
   std::shared_ptr<FaultCounter> counter_;
 };

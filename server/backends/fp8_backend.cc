@@ -79,6 +79,15 @@ Status Fp8Backend::Supports(const AttentionShape& shape) const {
 
 Status Fp8Backend::Execute(const AttentionShape& shape, const AttentionTensors& host,
                            ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{&host, nullptr}, times);
+}
+
+Status Fp8Backend::ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                                 ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{nullptr, &problem}, times);
+}
+
+Status Fp8Backend::Run(const AttentionShape& shape, const GpuContext::Io& io, ExecuteTimes* times) {
   ATTN_RETURN_IF_ERROR(Supports(shape));
 #if defined(ATTN_HAVE_CUDNN)
   if (UseCudnn()) {
@@ -88,17 +97,17 @@ Status Fp8Backend::Execute(const AttentionShape& shape, const AttentionTensors& 
     kernels::CudnnAttention* cd = cudnn_.get();
     kernels::CudnnFp8Inputs in;
     in.out_dtype = shape.dtype;
-    return gpu_->Execute(
-        shape, host, p.workspace_bytes,
+    return gpu_->Dispatch(
+        shape, io, p.workspace_bytes,
         [&p, cd, in](const AttentionTensors& dev, void* ws, uint64_t ws_bytes, cublasContext*,
                      cudaStream_t stream) { return cd->Run(p, dev, in, ws, ws_bytes, stream); },
         times);
   }
 #endif
-  return ExecuteOwnKernel(shape, host, times);
+  return ExecuteOwnKernel(shape, io, times);
 }
 
-Status Fp8Backend::ExecuteOwnKernel(const AttentionShape& shape, const AttentionTensors& host,
+Status Fp8Backend::ExecuteOwnKernel(const AttentionShape& shape, const GpuContext::Io& io,
                                     ExecuteTimes* times) {
   auto plan = kernels::Fp8AttentionPlanFor(shape, gpu_->info().index);
   if (!plan.ok()) return plan.status();
@@ -107,8 +116,8 @@ Status Fp8Backend::ExecuteOwnKernel(const AttentionShape& shape, const Attention
   const uint64_t q8 = 0, k8 = Up(shape.q_elements()), v8 = k8 + Up(shape.kv_elements()),
                  sc = v8 + Up(shape.kv_elements()), kw = sc + Up(9 * sizeof(float)),
                  total = kw + Up(static_cast<uint64_t>(p.workspace_bytes));
-  return gpu_->Execute(
-      shape, host, total,
+  return gpu_->Dispatch(
+      shape, io, total,
       [&](const AttentionTensors& dev, void* ws, uint64_t, cublasContext*, cudaStream_t stream) {
         char* w = static_cast<char*>(ws);
         float* s = reinterpret_cast<float*>(w + sc);

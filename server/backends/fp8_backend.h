@@ -38,10 +38,17 @@ class Fp8Backend final : public Backend {
   Status Supports(const AttentionShape& shape) const override;
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;
+  /// The same, the inputs packed straight into the lane's pinned staging
+  /// (GpuContext::ExecuteStaged). The batcher never calls it (coalescable() is false).
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       ExecuteTimes* times) override;
 
  private:
   bool UseCudnn() const;
-  Status ExecuteOwnKernel(const AttentionShape& shape, const AttentionTensors& host,
+  /// Execute's and ExecuteStaged's body: cuDNN's FP8 SDPA or ExecuteOwnKernel, through
+  /// GpuContext::Dispatch with `io`.
+  Status Run(const AttentionShape& shape, const GpuContext::Io& io, ExecuteTimes* times);
+  Status ExecuteOwnKernel(const AttentionShape& shape, const GpuContext::Io& io,
                           ExecuteTimes* times);
 
   std::string name_ = "fp8";

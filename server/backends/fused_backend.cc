@@ -30,12 +30,22 @@ Status FusedBackend::Supports(const AttentionShape& shape) const {
 
 Status FusedBackend::Execute(const AttentionShape& shape, const AttentionTensors& host,
                              ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{&host, nullptr}, times);
+}
+
+Status FusedBackend::ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                                   ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{nullptr, &problem}, times);
+}
+
+Status FusedBackend::Run(const AttentionShape& shape, const GpuContext::Io& io,
+                         ExecuteTimes* times) {
   if (!gpu_) return FailedPrecondition("fused is unavailable: " + unavailable_reason_);
   auto plan = kernels::FusedPlanFor(shape, gpu_->info().index);
   if (!plan.ok()) return plan.status();
   const kernels::FusedPlan& p = *plan;
-  return gpu_->Execute(
-      shape, host, /*workspace_bytes=*/0,
+  return gpu_->Dispatch(
+      shape, io, /*workspace_bytes=*/0,
       [&p](const AttentionTensors& dev, void*, uint64_t, cublasContext*, cudaStream_t stream) {
         return kernels::FusedRun(p, dev, stream);
       },

@@ -22,8 +22,13 @@ class FusedBackend final : public Backend {
   Status Supports(const AttentionShape& shape) const override;
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;
+  /// The inputs packed straight into the lane's pinned staging (GpuContext::ExecuteStaged).
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       ExecuteTimes* times) override;
 
  private:
+  /// Execute's and ExecuteStaged's body: plan, then GpuContext::Dispatch with `io`.
+  Status Run(const AttentionShape& shape, const GpuContext::Io& io, ExecuteTimes* times);
   std::string name_ = "fused";
   std::shared_ptr<GpuContext> gpu_;
   std::string unavailable_reason_;

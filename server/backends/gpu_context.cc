@@ -173,6 +173,38 @@ Status GpuContext::Execute(const AttentionShape& shape, const AttentionTensors& 
   return ExecuteHeld(lease, shape, host, workspace_bytes, run, times);
 }
 
+Status GpuContext::ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                                 uint64_t workspace_bytes, const RunFn& run, ExecuteTimes* times) {
+  const uint64_t esz = kernels::DTypeSize(shape.dtype);
+  const uint64_t q_bytes = shape.q_elements() * esz;
+  const uint64_t kv_bytes = shape.kv_elements() * esz;
+  const uint64_t lse_bytes = shape.return_lse ? shape.lse_elements() * 4 : 0;
+  // Inputs: q | k | v; outputs over them once uploaded: o | lse (Execute's places for them).
+  const uint64_t k_at = RoundUp(q_bytes), v_at = k_at + RoundUp(kv_bytes);
+  const uint64_t lse_at = RoundUp(q_bytes);
+  {
+    LaneLease lease = lanes_.Acquire();
+    char* const staging = lease.lane->staging();
+    const uint64_t room = lease.lane->staging_bytes();
+    if (staging != nullptr && v_at + kv_bytes <= room && lse_at + lse_bytes <= room) {
+      ATTN_RETURN_IF_ERROR(lanes_.latch().Faulted());
+      problem.pack(staging, staging + k_at, staging + v_at);
+      AttentionTensors host = problem.index;
+      host.q = staging;
+      host.k = staging + k_at;
+      host.v = staging + v_at;
+      host.o = staging;
+      host.lse = shape.return_lse ? reinterpret_cast<float*>(staging + lse_at) : nullptr;
+      ATTN_RETURN_IF_ERROR(ExecuteHeld(lease, shape, host, workspace_bytes, run, times));
+      problem.unpack(host.o, host.lse);
+      return Status::Ok();
+    }
+  }  // too big for the staging: the lane is released, Execute takes it again
+  return ExecuteStagedOnHost(shape, problem, [&](const AttentionTensors& host) {
+    return Execute(shape, host, workspace_bytes, run, times);
+  });
+}
+
 Status GpuContext::ExecuteHeld(LaneLease& lease, const AttentionShape& shape,
                                const AttentionTensors& host, uint64_t workspace_bytes,
                                const RunFn& run, ExecuteTimes* times) {

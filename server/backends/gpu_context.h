@@ -7,8 +7,10 @@
 // buffer (inputs that do not fit it are copied from where they are), calls the family's
 // enqueue-only run function between CUDA events, copies outputs back and reports the time of
 // each phase from the events. Launches are serialised on the one lane (batching of concurrent
-// calls is the batcher's job).
-// Thread-safety: Execute is thread-safe (internally serialised).
+// calls is the batcher's job). ExecuteStaged (Backend::ExecuteStaged of the GPU backends) lets
+// the caller pack its inputs straight into the held lane's pinned staging and read the outputs
+// where the download left them, so a coalesced Attend costs one host copy each way.
+// Thread-safety: Execute and ExecuteStaged are thread-safe (internally serialised).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,6 +60,32 @@ class GpuContext {
   /// Execute on a lane held by HoldLane (`lease` stays held). Errors as Execute.
   Status ExecuteHeld(LaneLease& lease, const AttentionShape& shape, const AttentionTensors& host,
                      uint64_t workspace_bytes, const RunFn& run, ExecuteTimes* times);
+
+  /// Backend::ExecuteStaged on the lane: holds it, lets `problem.pack` write q, k and v
+  /// straight into its pinned staging (q at offset 0, k and v after it, each 256-byte
+  /// aligned), runs ExecuteHeld (the index arrays are bounced through staging after v, as
+  /// Execute does), then `problem.unpack` reads o at staging offset 0 and lse after it (where
+  /// the download left them, over the inputs' bytes, which are uploaded by then) before the
+  /// lane is released. A problem whose inputs (q, k, v) or outputs (o, lse) do not fit the
+  /// staging, or a lane without staging, takes the host-vector path (ExecuteStagedOnHost over
+  /// Execute). problem.should_stop is not asked (a launch is not interrupted). Errors as
+  /// Execute (INTERNAL at once, before packing, when the context is faulted); `unpack` is not
+  /// called on error.
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       uint64_t workspace_bytes, const RunFn& run, ExecuteTimes* times);
+
+  /// Where one call's tensors are, for the GPU backends' one Execute/ExecuteStaged body:
+  /// exactly one of `host` (Execute) and `staged` (ExecuteStaged) is set.
+  struct Io {
+    const AttentionTensors* host = nullptr;
+    const StagedProblem* staged = nullptr;
+  };
+  /// ExecuteStaged when io.staged is set, else Execute with *io.host. Errors as those.
+  Status Dispatch(const AttentionShape& shape, const Io& io, uint64_t workspace_bytes,
+                  const RunFn& run, ExecuteTimes* times) {
+    return io.staged != nullptr ? ExecuteStaged(shape, *io.staged, workspace_bytes, run, times)
+                                : Execute(shape, *io.host, workspace_bytes, run, times);
+  }
 
   const DeviceInfo& info() const { return info_; }
   DevicePool& pool() { return *pool_; }

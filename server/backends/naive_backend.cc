@@ -35,12 +35,22 @@ Status NaiveBackend::Supports(const AttentionShape& shape) const {
 
 Status NaiveBackend::Execute(const AttentionShape& shape, const AttentionTensors& host,
                              ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{&host, nullptr}, times);
+}
+
+Status NaiveBackend::ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                                   ExecuteTimes* times) {
+  return Run(shape, GpuContext::Io{nullptr, &problem}, times);
+}
+
+Status NaiveBackend::Run(const AttentionShape& shape, const GpuContext::Io& io,
+                         ExecuteTimes* times) {
   if (!gpu_) return FailedPrecondition("naive is unavailable: " + unavailable_reason_);
   auto plan = kernels::NaivePlanFor(shape, workspace_limit_bytes_);
   if (!plan.ok()) return plan.status();
   const kernels::NaivePlan& p = *plan;
-  return gpu_->Execute(
-      shape, host, p.workspace_bytes,
+  return gpu_->Dispatch(
+      shape, io, p.workspace_bytes,
       [&p](const AttentionTensors& dev, void* ws, uint64_t ws_bytes, cublasContext* cublas,
            cudaStream_t stream) {
         return kernels::NaiveRun(p, dev, ws, ws_bytes, cublas, stream);

@@ -99,17 +99,30 @@ bool AttendBatcher::RunPacked(std::vector<AttendItem*>& calls) {
   parts.reserve(calls.size());
   for (AttendItem* c : calls) parts.push_back(c->work.validated);
   Backend* backend = calls.front()->work.backend;
-  auto packed = PackedAttend::Pack(parts);
+  auto packed = PackedAttend::Plan(parts);
   Status s = packed.ok() ? backend->Supports(packed->shape()) : packed.status();
   ExecuteTimes times;
-  // The launch stops (cpu reference) once every call in it is abandoned.
-  auto all_abandoned = [&calls] {
-    for (const AttendItem* c : calls) {
-      if (!c->Abandoned()) return false;
-    }
-    return true;
-  };
-  if (s.ok()) s = backend->ExecuteUntil(packed->shape(), packed->Tensors(), all_abandoned, &times);
+  if (s.ok()) {
+    // The outputs are sized here, before the backend holds its lane: unpack only copies.
+    std::vector<float*> lse_out(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) lse_out[i] = calls[i]->AllocateOutput();
+    StagedProblem problem;
+    problem.index = packed->IndexTensors();
+    problem.pack = [&](void* q, void* k, void* v) { packed->PackInto(parts, q, k, v); };
+    problem.unpack = [&](const void* o, const float* lse) {
+      for (size_t i = 0; i < calls.size(); ++i) {
+        packed->ScatterFrom(i, *parts[i], o, lse, calls[i]->result.o.data(), lse_out[i]);
+      }
+    };
+    // The launch stops (cpu reference) once every call in it is abandoned.
+    problem.should_stop = [&calls] {
+      for (const AttendItem* c : calls) {
+        if (!c->Abandoned()) return false;
+      }
+      return true;
+    };
+    s = backend->ExecuteStaged(packed->shape(), problem, &times);
+  }
   if (s.code() == StatusCode::kCancelled) {
     for (AttendItem* c : calls) c->Finish(c->StopStatus());
     return true;
@@ -128,13 +141,9 @@ bool AttendBatcher::RunPacked(std::vector<AttendItem*>& calls) {
   const int64_t n = static_cast<int64_t>(calls.size());
   const int64_t tokens = packed->query_tokens();
   double flops = 0;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    AttendItem* c = calls[i];
-    const ValidatedAttend& v = *c->work.validated;
-    flops += v.flops;
-    float* lse = c->AllocateOutput();
-    packed->Scatter(i, v, c->result.o.data(), lse);
-    c->FinishOk(times, n, tokens);
+  for (AttendItem* c : calls) {
+    flops += c->work.validated->flops;
+    c->FinishOk(times, n, tokens);  // its output was scattered by unpack
   }
   if (on_launch_) on_launch_({backend, n, tokens, flops, &packed->shape(), times.kernel_us});
   return true;

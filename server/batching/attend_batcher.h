@@ -6,9 +6,11 @@
 //
 // Signature: AttendSignature (dtype, heads, mask, scale, lse, backend); a call that may not
 // share a launch (MayCoalesce false) gets a signature of its own. Tokens: the call's query
-// tokens. A batch of several calls is packed into one varlen launch (attend_coalescer.h) and
-// the output scattered back into each call's own buffers; a batch of one runs straight into
-// its result's buffers. Fallback policy:
+// tokens. A batch of several calls runs as one varlen launch through Backend::ExecuteStaged:
+// the calls' inputs are packed (attend_coalescer.h PackInto) straight into the buffers the
+// backend provides (a GPU backend's pinned lane staging; host vectors on cpu) and the output
+// scattered (ScatterFrom) from where the backend left it into each call's own buffers, one
+// host copy each way; a batch of one runs straight into its result's buffers. Fallback policy:
 //  - packing refused, or the backend refuses the packed problem (no varlen, a size limit of
 //    the bigger problem): every call runs on its own and gets its own status (a call cancelled
 //    meanwhile gets CANCELLED "cancelled by the client while queued");
@@ -112,8 +114,8 @@ class AttendBatcher {
  private:
   class AttendItem;
   void RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch);
-  /// Runs the batch (>= 2 calls) as one packed launch; false when the packed problem was
-  /// refused (nothing was answered: the caller runs the calls one by one).
+  /// Runs the batch (>= 2 calls) as one packed launch (Backend::ExecuteStaged); false when the
+  /// packed problem was refused (nothing was answered: the caller runs the calls one by one).
   bool RunPacked(std::vector<AttendItem*>& calls);
   void RunAlone(AttendItem* call);
 

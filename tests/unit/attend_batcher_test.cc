@@ -3,8 +3,11 @@
 // incompatible ones never share), the fallback policy (a refused packed problem runs one by
 // one; INTERNAL is a device fault for every call of the launch), deadlines and cancellation
 // before launch, the bounded queue, and the completion callback called exactly once per
-// accepted call. The scheduler's clock is injected and frozen, and --max-queue-delay-us is 60 s,
-// so a batch runs exactly when it is full (or at Stop): no test depends on timing.
+// accepted call. A packed batch runs through Backend::ExecuteStaged: a test double with staging
+// of its own (as a GPU lane's) gets one pack and one unpack per batch, and its refusals and
+// faults take the same fallbacks. The scheduler's clock is injected and frozen, and
+// --max-queue-delay-us is 60 s, so a batch runs exactly when it is full (or at Stop): no test
+// depends on timing.
 #include "batching/attend_batcher.h"
 
 #include <gtest/gtest.h>
@@ -49,8 +52,9 @@ std::unique_ptr<Call> NewCall(int64_t B, int64_t T, int64_t S, uint64_t seed, bo
   return std::make_unique<Call>(std::move(r));
 }
 
-// The output `call` gets from the backend alone (the reference).
-std::string Alone(Backend* backend, const Call& call) {
+// The output (and, when `lse_bytes` is not null, the lse as bytes) `call` gets from the backend
+// alone (the reference).
+std::string Alone(Backend* backend, const Call& call, std::string* lse_bytes = nullptr) {
   std::string o(call.validated.o_bytes, '\0');
   std::vector<float> lse(call.validated.shape.return_lse
                              ? static_cast<size_t>(call.validated.shape.lse_elements())
@@ -60,6 +64,9 @@ std::string Alone(Backend* backend, const Call& call) {
       backend->Execute(call.validated.shape,
                        call.validated.Tensors(o.data(), lse.empty() ? nullptr : lse.data()), &t);
   EXPECT_TRUE(s.ok()) << s.ToString();
+  if (lse_bytes != nullptr) {
+    lse_bytes->assign(reinterpret_cast<const char*>(lse.data()), lse.size() * sizeof(float));
+  }
   return o;
 }
 
@@ -108,6 +115,54 @@ class FlagsComputingCpu final : public Backend {
 
  private:
   CpuBackend cpu_{1};
+};
+
+// A test double of a GPU backend's staged path (GpuContext::ExecuteStaged), on the real cpu
+// backend: ExecuteStaged hands out slices of its own poisoned "staging" (q | k | v, then o |
+// lse), runs the cpu reference over them, lets unpack read o and lse there and poisons the
+// staging again before it returns (so nothing may read it later). `fail_with` (not OK) is
+// returned after packing instead of launching, as a pool that cannot hold the buffers.
+class StagedCpu final : public Backend {
+ public:
+  const std::string& name() const override { return cpu_.name(); }
+  BackendCapabilities Capabilities() const override { return cpu_.Capabilities(); }
+  Status Supports(const AttentionShape& shape) const override { return cpu_.Supports(shape); }
+  Status Execute(const AttentionShape& shape, const AttentionTensors& host,
+                 ExecuteTimes* times) override {
+    plain_calls.fetch_add(1);
+    return cpu_.Execute(shape, host, times);
+  }
+  Status ExecuteStaged(const AttentionShape& shape, const StagedProblem& problem,
+                       ExecuteTimes* times) override {
+    staged_calls.fetch_add(1);
+    const size_t es = static_cast<size_t>(kernels::DTypeSize(shape.dtype));
+    const size_t q = Up(shape.q_elements() * es), kv = Up(shape.kv_elements() * es);
+    const size_t lse = Up(shape.return_lse ? shape.lse_elements() * sizeof(float) : 0);
+    staging_.assign(2 * q + 2 * kv + lse + 256, '\xA5');
+    char* st = staging_.data();
+    problem.pack(st, st + q, st + q + kv);
+    if (!fail_with.ok()) return fail_with;
+    AttentionTensors host = problem.index;
+    host.q = st;
+    host.k = st + q;
+    host.v = st + q + kv;
+    host.o = st + q + 2 * kv;
+    host.lse = shape.return_lse ? reinterpret_cast<float*>(st + 2 * q + 2 * kv) : nullptr;
+    Status s = cpu_.ExecuteUntil(shape, host, problem.should_stop, times);
+    if (s.ok()) {
+      unpacks.fetch_add(1);
+      problem.unpack(host.o, host.lse);
+    }
+    staging_.assign(staging_.size(), '\x5A');
+    return s;
+  }
+  std::atomic<int> staged_calls{0}, plain_calls{0}, unpacks{0};
+  Status fail_with = Status::Ok();
+
+ private:
+  static size_t Up(size_t x) { return (x + 255) / 256 * 256; }
+  CpuBackend cpu_{1};
+  std::vector<char> staging_;
 };
 
 class AttendBatcherTest : public ::testing::Test {
@@ -326,6 +381,93 @@ TEST_F(AttendBatcherTest, RefuseQueuedAnswersEveryWaitingCallOnce) {
   EXPECT_TRUE(Launches().empty());
   EXPECT_EQ(a->done_calls.load(), 1);
   EXPECT_EQ(b->done_calls.load(), 1);
+}
+
+// Three calls with lse, one with two batch entries: one staged launch, one pack, one unpack.
+std::vector<std::unique_ptr<Call>> MixedLseCalls() {
+  std::vector<std::unique_ptr<Call>> calls;
+  calls.push_back(NewCall(2, 3, 5, 21, /*lse=*/true));
+  calls.push_back(NewCall(1, 7, 2, 22, /*lse=*/true));
+  calls.push_back(NewCall(1, 1, 6, 23, /*lse=*/true));
+  return calls;
+}
+
+TEST_F(AttendBatcherTest, StagedBackendPacksOnceUnpacksOnceAndGivesTheOutputsOfAlone) {
+  Make(3);
+  StagedCpu backend;
+  auto calls = MixedLseCalls();
+  for (auto& c : calls) ASSERT_TRUE(Enqueue(c.get(), &backend).ok());
+  for (auto& c : calls) Wait(c.get());
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->result.status.ok()) << c->result.status.ToString();
+    EXPECT_EQ(c->result.batch_size, 3);
+    std::string lse;
+    EXPECT_EQ(c->result.o, Alone(&cpu_, *c, &lse));
+    EXPECT_EQ(c->result.lse, lse);
+  }
+  batcher_->Stop();
+  EXPECT_EQ(backend.staged_calls.load(), 1);
+  EXPECT_EQ(backend.unpacks.load(), 1);
+  EXPECT_EQ(backend.plain_calls.load(), 0);
+  EXPECT_EQ(Launches(), (std::vector<int64_t>{3}));
+}
+
+TEST_F(AttendBatcherTest, FaultInjectionKeepsTheWrappedBackendsStagedPath) {
+  Make(3);
+  auto inner = std::make_unique<StagedCpu>();
+  StagedCpu* staged = inner.get();
+  FaultInjectingBackend wrapped(std::move(inner), std::make_shared<FaultCounter>(100));
+  auto calls = MixedLseCalls();
+  for (auto& c : calls) ASSERT_TRUE(Enqueue(c.get(), &wrapped).ok());
+  for (auto& c : calls) Wait(c.get());
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->result.status.ok()) << c->result.status.ToString();
+    EXPECT_EQ(c->result.o, Alone(&cpu_, *c));
+  }
+  batcher_->Stop();
+  EXPECT_EQ(staged->staged_calls.load(), 1);
+  EXPECT_EQ(staged->plain_calls.load(), 0);
+}
+
+TEST_F(AttendBatcherTest, StagedLaunchRefusedAfterPackingRunsEveryCallOnItsOwn) {
+  Make(3);
+  StagedCpu backend;
+  backend.fail_with = ResourceExhausted("pool cannot hold the packed buffers");
+  auto calls = MixedLseCalls();
+  for (auto& c : calls) ASSERT_TRUE(Enqueue(c.get(), &backend).ok());
+  for (auto& c : calls) Wait(c.get());
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->result.status.ok()) << c->result.status.ToString();
+    EXPECT_EQ(c->result.batch_size, 1);
+    std::string lse;
+    EXPECT_EQ(c->result.o, Alone(&cpu_, *c, &lse));
+    EXPECT_EQ(c->result.lse, lse);
+  }
+  batcher_->Stop();
+  EXPECT_EQ(backend.staged_calls.load(), 1);
+  EXPECT_EQ(backend.unpacks.load(), 0);
+  EXPECT_EQ(backend.plain_calls.load(), 3);
+  EXPECT_EQ(Launches(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(faults_.load(), 0);
+}
+
+TEST_F(AttendBatcherTest, InternalFromAStagedLaunchIsADeviceFaultForEveryCall) {
+  Make(3);
+  StagedCpu backend;
+  backend.fail_with = Internal("CUDA error in cudaMemcpyAsync H2D: an illegal memory access");
+  auto calls = MixedLseCalls();
+  for (auto& c : calls) ASSERT_TRUE(Enqueue(c.get(), &backend).ok());
+  for (auto& c : calls) Wait(c.get());
+  for (auto& c : calls) {
+    EXPECT_EQ(c->result.status.code(), StatusCode::kInternal) << c->result.status.ToString();
+    EXPECT_TRUE(c->result.o.empty());
+    EXPECT_EQ(c->done_calls.load(), 1);
+  }
+  batcher_->Stop();
+  EXPECT_EQ(faults_.load(), 1);
+  EXPECT_EQ(backend.unpacks.load(), 0);
+  EXPECT_EQ(backend.plain_calls.load(), 0);
+  EXPECT_TRUE(Launches().empty());
 }
 
 }  // namespace

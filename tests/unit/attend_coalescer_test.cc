@@ -1,17 +1,24 @@
 // PackedAttend (server/batching/attend_coalescer.h): a batch of Attend problems packed into one
 // varlen launch on the cpu backend gives each request bitwise the output (and lse) it gets
 // alone, for random compositions and orders of padded (with and without lengths) and varlen
-// requests, every mask kind, GQA, fp32 and bf16.
+// requests, every mask kind, GQA, fp32 and bf16. Plan + PackInto + ScatterFrom (into and out of
+// buffers the caller names, as a GPU lane's staging) and Pack + Scatter write bitwise what the
+// Pack and Scatter of before issue 17 wrote (attend_coalescer_reference.h), for fp32, fp16 and
+// bf16; the default Backend::ExecuteStaged (the host-vector path) gives bitwise Pack + Execute +
+// Scatter and never unpacks a failed launch.
 #include "batching/attend_coalescer.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "attend_coalescer_reference.h"
 #include "attn/kernels/host_dtype.h"
 #include "backends/cpu_backend.h"
 #include "validation/attend_validator.h"
@@ -36,8 +43,9 @@ void Fill(pb::Tensor* t, pb::DType dtype, std::vector<int64_t> shape, std::mt199
     t->add_shape(d);
     n *= d;
   }
-  const kernels::DType kd = dtype == pb::FLOAT32 ? kernels::DType::kFloat32
-                                                 : kernels::DType::kBFloat16;
+  const kernels::DType kd = dtype == pb::FLOAT32   ? kernels::DType::kFloat32
+                            : dtype == pb::FLOAT16 ? kernels::DType::kFloat16
+                                                   : kernels::DType::kBFloat16;
   t->mutable_data()->resize(static_cast<size_t>(n * kernels::DTypeSize(kd)));
   std::normal_distribution<float> normal;
   for (int64_t i = 0; i < n; ++i) {
@@ -249,6 +257,203 @@ TEST(AttendCoalescer, PackRefusesIncompatibleParts) {
   auto packed = PackedAttend::Pack({&*va, &*vb});
   EXPECT_EQ(packed.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(PackedAttend::Pack({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Random compositions of 1..6 requests of one signature, over dtypes, lse and masks.
+std::vector<std::vector<pb::AttendRequest>> RandomBatches(std::mt19937_64* rng) {
+  std::vector<std::vector<pb::AttendRequest>> batches;
+  for (pb::DType dt : {pb::FLOAT32, pb::FLOAT16, pb::BFLOAT16}) {
+    for (bool lse : {false, true}) {
+      for (pb::CausalAlignment c : {pb::CAUSAL_NONE, pb::CAUSAL_BOTTOM_RIGHT}) {
+        Shape s;
+        s.dtype = dt;
+        s.lse = lse;
+        s.causal = c;
+        for (int trial = 0; trial < 4; ++trial) {
+          const int parts = std::uniform_int_distribution<int>(1, 6)(*rng);
+          std::vector<pb::AttendRequest> batch;
+          for (int i = 0; i < parts; ++i) batch.push_back(RandomRequest(s, rng));
+          batches.push_back(std::move(batch));
+        }
+      }
+    }
+  }
+  return batches;
+}
+
+std::vector<ValidatedAttend> ValidateAll(const std::vector<pb::AttendRequest>& requests) {
+  std::vector<ValidatedAttend> out;
+  for (const auto& r : requests) {
+    auto v = ValidateAttend(r);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    if (v.ok()) out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+std::vector<const ValidatedAttend*> Pointers(const std::vector<ValidatedAttend>& validated) {
+  std::vector<const ValidatedAttend*> ptrs;
+  for (const auto& v : validated) ptrs.push_back(&v);
+  return ptrs;
+}
+
+bool SameBytes(const void* a, const void* b, size_t bytes) {
+  return bytes == 0 || std::memcmp(a, b, bytes) == 0;
+}
+
+TEST(AttendCoalescer, PackIntoAndScatterFromAreBitwiseTheOldPackAndScatter) {
+  std::mt19937_64 rng(20250117);
+  constexpr unsigned char kPoison = 0xA5;
+  constexpr size_t kSlack = 64;  // poisoned bytes past each buffer's end: never written
+  int checked = 0;
+  for (const auto& requests : RandomBatches(&rng)) {
+    const std::vector<ValidatedAttend> validated = ValidateAll(requests);
+    ASSERT_EQ(validated.size(), requests.size());
+    const auto ptrs = Pointers(validated);
+    const reference::OldPacked old = reference::OldPack(ptrs);
+    auto plan = PackedAttend::Plan(ptrs);
+    auto packed = PackedAttend::Pack(ptrs);
+    ASSERT_TRUE(plan.ok() && packed.ok());
+    const kernels::AttentionShape& s = plan->shape();
+    ASSERT_EQ(s.total_q, old.total_q);
+    ASSERT_EQ(s.total_kv, old.total_kv);
+    ASSERT_EQ(s.batch, static_cast<int64_t>(old.q_lengths.size()));
+    const kernels::AttentionTensors index = plan->IndexTensors();
+    EXPECT_EQ(index.q, nullptr);
+    EXPECT_EQ(index.o, nullptr);
+    const size_t B = static_cast<size_t>(s.batch);
+    EXPECT_TRUE(SameBytes(index.q_lengths, old.q_lengths.data(), B * sizeof(int32_t)));
+    EXPECT_TRUE(SameBytes(index.kv_lengths, old.kv_lengths.data(), B * sizeof(int32_t)));
+    EXPECT_TRUE(SameBytes(index.q_offsets, old.q_offsets.data(), (B + 1) * sizeof(int64_t)));
+    EXPECT_TRUE(SameBytes(index.kv_offsets, old.kv_offsets.data(), (B + 1) * sizeof(int64_t)));
+
+    // PackInto poisoned buffers (as a lane's staging): the old Pack's bytes, nothing past them;
+    // Pack (Plan + its own buffers) holds the same bytes.
+    const size_t q_bytes = static_cast<size_t>(s.total_q) * old.q_row;
+    const size_t kv_bytes = static_cast<size_t>(s.total_kv) * old.kv_row;
+    std::vector<unsigned char> q(q_bytes + kSlack, kPoison), k(kv_bytes + kSlack, kPoison),
+        v(kv_bytes + kSlack, kPoison);
+    plan->PackInto(ptrs, q.data(), k.data(), v.data());
+    const kernels::AttentionTensors own = packed->Tensors();
+    for (const auto& [got, want, bytes] :
+         {std::tuple{q.data(), old.q.data(), q_bytes}, std::tuple{k.data(), old.k.data(), kv_bytes},
+          std::tuple{v.data(), old.v.data(), kv_bytes}}) {
+      ASSERT_TRUE(SameBytes(got, want, bytes));
+      for (size_t b = bytes; b < bytes + kSlack; ++b) ASSERT_EQ(got[b], kPoison) << b;
+    }
+    ASSERT_TRUE(SameBytes(own.q, old.q.data(), q_bytes));
+    ASSERT_TRUE(SameBytes(own.k, old.k.data(), kv_bytes));
+    ASSERT_TRUE(SameBytes(own.v, old.v.data(), kv_bytes));
+
+    // A random packed "backend output": ScatterFrom, and Scatter from Pack's buffers holding
+    // the same bytes, write what the old Scatter writes, into destinations of garbage.
+    std::vector<char> o_src(std::max<size_t>(1, q_bytes));
+    for (auto& b : o_src) b = static_cast<char>(rng());
+    std::vector<float> lse_src(s.return_lse ? static_cast<size_t>(s.lse_elements()) : 0);
+    for (auto& x : lse_src) x = std::normal_distribution<float>()(rng);
+    std::memcpy(own.o, o_src.data(), q_bytes);
+    if (s.return_lse) std::memcpy(own.lse, lse_src.data(), lse_src.size() * sizeof(float));
+    const float* lse_in = lse_src.empty() ? nullptr : lse_src.data();
+    for (size_t i = 0; i < validated.size(); ++i) {
+      const ValidatedAttend& part = validated[i];
+      const size_t lse_n = part.shape.return_lse ? part.shape.lse_elements() : 0;
+      std::string o_old(part.o_bytes, '\x55'), o_new(part.o_bytes, '\x66'),
+          o_own(part.o_bytes, '\x77');
+      std::vector<float> lse_old(lse_n, 7.f), lse_new(lse_n, 9.f), lse_own(lse_n, 11.f);
+      auto at = [lse_n](std::vector<float>& x) { return lse_n ? x.data() : nullptr; };
+      reference::OldScatter(old, i, part, o_src.data(), lse_in, s.return_lse, o_old.data(),
+                            at(lse_old));
+      plan->ScatterFrom(i, part, o_src.data(), lse_in, o_new.data(), at(lse_new));
+      packed->Scatter(i, part, o_own.data(), at(lse_own));
+      ASSERT_EQ(o_new, o_old) << "part " << i << " of " << validated.size();
+      ASSERT_EQ(o_own, o_old) << "part " << i;
+      ASSERT_TRUE(SameBytes(lse_new.data(), lse_old.data(), lse_n * sizeof(float))) << i;
+      ASSERT_TRUE(SameBytes(lse_own.data(), lse_old.data(), lse_n * sizeof(float))) << i;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// Counts the callbacks of a StagedProblem over a PackedAttend's Plan.
+struct StagedRun {
+  int packs = 0, unpacks = 0;
+  std::vector<std::string> o;
+  std::vector<std::vector<float>> lse;
+};
+
+StagedProblem Staged(const PackedAttend& plan, const std::vector<const ValidatedAttend*>& ptrs,
+                     StagedRun* run) {
+  run->o.clear();
+  run->lse.clear();
+  for (const ValidatedAttend* v : ptrs) {
+    run->o.emplace_back(v->o_bytes, '\x55');
+    run->lse.emplace_back(v->shape.return_lse ? v->shape.lse_elements() : 0, 7.f);
+  }
+  StagedProblem p;
+  p.index = plan.IndexTensors();
+  p.pack = [&plan, ptrs, run](void* q, void* k, void* v) {
+    ++run->packs;
+    plan.PackInto(ptrs, q, k, v);
+  };
+  p.unpack = [&plan, ptrs, run](const void* o, const float* lse) {
+    ++run->unpacks;
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      plan.ScatterFrom(i, *ptrs[i], o, lse, run->o[i].data(),
+                       run->lse[i].empty() ? nullptr : run->lse[i].data());
+    }
+  };
+  return p;
+}
+
+TEST(AttendCoalescer, DefaultExecuteStagedIsBitwiseThePackedVectorPath) {
+  CpuBackend cpu(1);
+  std::mt19937_64 rng(17);
+  int checked = 0;
+  for (const auto& requests : RandomBatches(&rng)) {
+    const std::vector<ValidatedAttend> validated = ValidateAll(requests);
+    const auto ptrs = Pointers(validated);
+    auto packed = PackedAttend::Pack(ptrs);
+    auto plan = PackedAttend::Plan(ptrs);
+    ASSERT_TRUE(packed.ok() && plan.ok());
+    ExecuteTimes t;
+    ASSERT_TRUE(cpu.Execute(packed->shape(), packed->Tensors(), &t).ok());
+    StagedRun run;
+    Status s = cpu.ExecuteStaged(plan->shape(), Staged(*plan, ptrs, &run), &t);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(run.packs, 1);
+    EXPECT_EQ(run.unpacks, 1);
+    for (size_t i = 0; i < validated.size(); ++i) {
+      const ValidatedAttend& part = validated[i];
+      std::string o(part.o_bytes, '\x11');
+      std::vector<float> lse(run.lse[i].size(), 3.f);
+      packed->Scatter(i, part, o.data(), lse.empty() ? nullptr : lse.data());
+      ASSERT_EQ(run.o[i], o) << "part " << i;
+      ASSERT_TRUE(SameBytes(run.lse[i].data(), lse.data(), lse.size() * sizeof(float))) << i;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(AttendCoalescer, DefaultExecuteStagedNeverUnpacksAFailedLaunch) {
+  std::mt19937_64 rng(6);
+  Shape shape;
+  shape.lse = true;
+  std::vector<pb::AttendRequest> requests = {RandomRequest(shape, &rng),
+                                             RandomRequest(shape, &rng)};
+  const std::vector<ValidatedAttend> validated = ValidateAll(requests);
+  const auto ptrs = Pointers(validated);
+  auto plan = PackedAttend::Plan(ptrs);
+  ASSERT_TRUE(plan.ok());
+  CoalescableProbe failing(true);  // its Execute answers INTERNAL
+  StagedRun run;
+  ExecuteTimes t;
+  Status s = failing.ExecuteStaged(plan->shape(), Staged(*plan, ptrs, &run), &t);
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  EXPECT_EQ(run.packs, 1);
+  EXPECT_EQ(run.unpacks, 0);
+  for (const std::string& o : run.o) EXPECT_EQ(o, std::string(o.size(), '\x55'));
 }
 
 }  // namespace
