@@ -198,8 +198,10 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
     L.v_scales = std::move(step->v_scales);
   }
   const int64_t saturations = step->append.saturations;
-  seq->fp8_saturations += saturations;
-  store->AddSaturations(saturations);
+  if (saturations != 0) {  // the store's counter is shared by every batch thread
+    seq->fp8_saturations += saturations;
+    store->AddSaturations(saturations);
+  }
   // Replayable only when the output fits the replay budget (replay_output.h); otherwise a retry
   // gets FAILED_PRECONDITION with the actual length.
   L.last.valid = L.last.o.Store(store->replay_budget(), o);
