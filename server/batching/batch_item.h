@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "attn/common/status.h"
 
@@ -34,6 +35,9 @@ class BatchItem {
   int64_t tokens = 0;
   /// Non-empty: no two items with this key share a launch (e.g. a sequence id).
   std::string exclusive_key;
+  /// The key the scheduler compares: `exclusive_key` unless a subclass names bytes it owns
+  /// (alive and unchanged while the item is queued), saving the copy.
+  virtual std::string_view ExclusiveKey() const { return exclusive_key; }
   /// Scheduler clock (µs) when queued and when taken into a batch.
   int64_t enqueued_us = 0;
   int64_t dequeued_us = 0;

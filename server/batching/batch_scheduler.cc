@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 #include <utility>
 
 namespace attn {
@@ -14,6 +13,28 @@ int64_t SteadyNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+/// Sets (*view)[i].barrier for every item i whose exclusive key an earlier item [0, i) has, as
+/// a set of seen keys would, without copying a key: the keyed items' indices are sorted by
+/// (key, index) in `order` (reused from call to call).
+template <typename ItemAt>
+void MarkRepeatedKeys(size_t n, ItemAt item_at, std::vector<QueuedItem>* view,
+                      std::vector<size_t>* order) {
+  order->clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (!item_at(i).ExclusiveKey().empty()) order->push_back(i);
+  }
+  if (order->size() < 2) return;
+  std::sort(order->begin(), order->end(), [&item_at](size_t a, size_t b) {
+    const int c = item_at(a).ExclusiveKey().compare(item_at(b).ExclusiveKey());
+    return c < 0 || (c == 0 && a < b);
+  });
+  for (size_t k = 1; k < order->size(); ++k) {
+    if (item_at((*order)[k]).ExclusiveKey() == item_at((*order)[k - 1]).ExclusiveKey()) {
+      (*view)[(*order)[k]].barrier = true;
+    }
+  }
 }
 
 }  // namespace
@@ -48,17 +69,17 @@ bool BatchScheduler::InlineOkLocked(const std::vector<std::unique_ptr<BatchItem>
   // items alone must be "run all of them now" (so a --max-queue-delay-us wait, the request and
   // token limits and two steps of one sequence all keep them queued).
   int64_t tokens = 0;
-  std::set<std::string> keys;
-  std::vector<QueuedItem> view;
-  view.reserve(items.size());
+  std::vector<QueuedItem>& view = inline_view_;
+  view.clear();
   for (const auto& item : items) {
     if (item->signature != items.front()->signature) return false;
     tokens += item->tokens;
-    QueuedItem v{item->tokens, now_us, false};
-    if (!item->exclusive_key.empty() && !keys.insert(item->exclusive_key).second) v.barrier = true;
-    view.push_back(v);
+    view.push_back(QueuedItem{item->tokens, now_us, false});
   }
   if (tokens > options_.inline_max_tokens) return false;
+  MarkRepeatedKeys(
+      items.size(), [&items](size_t i) -> const BatchItem& { return *items[i]; }, &view,
+      &inline_order_);
   const BatchDecision d = Decide(view.data(), view.size(), now_us, options_.policy);
   return d.kind == BatchDecision::Kind::kRunNow && d.count == items.size();
 }
@@ -187,7 +208,7 @@ void BatchScheduler::Loop() {
   std::vector<QueuedItem> view;
   std::vector<std::pair<std::unique_ptr<BatchItem>, Status>> dead;
   std::vector<std::unique_ptr<BatchItem>> batch;
-  std::set<std::string> keys;
+  std::vector<size_t> key_order;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (sweep_) {
@@ -218,15 +239,11 @@ void BatchScheduler::Loop() {
           std::min<int64_t>(static_cast<int64_t>(q.size()),
                             std::max<int64_t>(1, options_.policy.max_batch_requests) + 1));
       view.clear();
-      keys.clear();
       for (size_t i = 0; i < limit; ++i) {
-        const BatchItem& item = *q[i];
-        QueuedItem v{item.tokens, item.enqueued_us, false};
-        if (!item.exclusive_key.empty() && !keys.insert(item.exclusive_key).second) {
-          v.barrier = true;
-        }
-        view.push_back(v);
+        view.push_back(QueuedItem{q[i]->tokens, q[i]->enqueued_us, false});
       }
+      MarkRepeatedKeys(
+          limit, [&q](size_t i) -> const BatchItem& { return *q[i]; }, &view, &key_order);
       BatchDecision d = Decide(view.data(), view.size(), now, options_.policy);
       if (d.kind == BatchDecision::Kind::kWait && stopping_) d.kind = BatchDecision::Kind::kRunNow;
       if (d.kind == BatchDecision::Kind::kRunNow) {

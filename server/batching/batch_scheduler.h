@@ -124,6 +124,9 @@ class BatchScheduler {
   std::atomic<int64_t> batches_run_{0};
   std::atomic<int64_t> items_run_{0};
   std::atomic<int64_t> inline_runs_{0};
+  // InlineOkLocked's scratch (under mu_), reused from call to call.
+  mutable std::vector<QueuedItem> inline_view_;
+  mutable std::vector<size_t> inline_order_;
   std::vector<std::thread> threads_;
 };
 

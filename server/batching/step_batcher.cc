@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <string_view>
 #include <utility>
 
 #include "backends/paged/extend_batch.h"
@@ -16,12 +18,31 @@ int64_t Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
 }
 
+/// The batching signature of a step: its q dtype (by number), N, K and H, e.g. "q2 N32 K8 H128",
+/// short enough for std::string's inline buffer in the common shapes (no allocation per step).
+std::string Signature(const ExtendArgs& a) {
+  char buf[96];
+  char* p = buf;
+  char* const end = buf + sizeof(buf);
+  const int64_t parts[4] = {static_cast<int64_t>(a.q_dtype), a.q_shape[1], a.k_shape[1],
+                            a.q_shape[2]};
+  const char tags[4] = {'q', 'N', 'K', 'H'};
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) *p++ = ' ';
+    *p++ = tags[i];
+    p = std::to_chars(p, end, parts[i]).ptr;  // 4 x (2 + at most 20 digits) fit in 96
+  }
+  return std::string(buf, static_cast<size_t>(p - buf));
+}
+
 }  // namespace
 
 class StepBatcher::StepItem final : public BatchItem {
  public:
   explicit StepItem(StepRequest r) : req(std::move(r)) {}
   bool Cancelled() const override { return req.cancelled && req.cancelled(); }
+  // The sequence id, without a copy (the request lives as long as the item).
+  std::string_view ExclusiveKey() const override { return req.args.sequence_id; }
   std::chrono::system_clock::time_point deadline() const override { return req.deadline; }
   void Drop(const Status& status) override {
     StepResult r;
@@ -64,16 +85,12 @@ StepBatcher::StepBatcher(SequenceStore* store, PagedAttentionBackend* backend,
 Status StepBatcher::Enqueue(std::vector<StepRequest>* steps) {
   std::vector<std::unique_ptr<BatchItem>> items;
   items.reserve(steps->size());
+  const Clock::time_point now = Clock::now();
   for (StepRequest& r : *steps) {
-    const ExtendArgs& a = r.args;
-    std::string sig = std::string(kernels::DTypeName(a.q_dtype)) + "|N" +
-                      std::to_string(a.q_shape[1]) + "|K" + std::to_string(a.k_shape[1]) +
-                      "|H" + std::to_string(a.q_shape[2]);
     auto item = std::make_unique<StepItem>(std::move(r));
-    item->signature = std::move(sig);
+    item->signature = Signature(item->req.args);
     item->tokens = item->req.args.q_shape[0];
-    item->exclusive_key = item->req.args.sequence_id;
-    item->queued_at = Clock::now();
+    item->queued_at = now;
     items.push_back(std::move(item));
   }
   Status s = scheduler_->Enqueue(&items);

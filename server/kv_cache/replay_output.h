@@ -40,13 +40,27 @@ class ReplayOutput {
   ReplayOutput(const ReplayOutput &) = delete;
   ReplayOutput &operator=(const ReplayOutput &) = delete;
 
-  /// Replaces the held output with a copy of `o` when `budget` has room for it; otherwise
-  /// holds nothing and returns false.
+  /// Replaces the held output with a copy of `o` when `budget` has room for it (the held one's
+  /// bytes count as free for it); otherwise holds nothing and returns false. The same budget
+  /// and size as before (a decode step after a decode step) touch neither the budget nor the
+  /// allocator: the charge changes by the difference only, and the buffer is kept unless it is
+  /// more than twice what `o` needs (plus 4 KiB).
   bool Store(const std::shared_ptr<ByteBudget> &budget, const std::string &o) {
-    Clear();
-    if (budget == nullptr || !budget->TryCharge(static_cast<int64_t>(o.size()))) return false;
-    budget_ = budget;
-    bytes_ = o;
+    const auto want = static_cast<int64_t>(o.size());
+    if (budget == nullptr || budget.get() != budget_.get()) {
+      Clear();  // the old charge goes back to its own budget
+      if (budget == nullptr || !budget->TryCharge(want)) return false;
+      budget_ = budget;
+    } else {
+      const auto held = static_cast<int64_t>(bytes_.size());
+      if (want > held && !budget_->TryCharge(want - held)) {
+        Clear();
+        return false;
+      }
+      if (want < held) budget_->Release(held - want);
+    }
+    if (bytes_.capacity() > 2 * o.size() + 4096) std::string().swap(bytes_);
+    bytes_.assign(o);
     return true;
   }
   void Clear() {

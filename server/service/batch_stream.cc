@@ -34,11 +34,12 @@ namespace attn {
 namespace pb = attention::v1;
 using Clock = std::chrono::steady_clock;
 
-// State under mu_: reading_ (a read is outstanding), writing_ (a write is outstanding; queued_
-// holds the serialised responses waiting for it), in_flight_ (requests read and not yet
-// written), half_closed_ (the client closed its side), end_ (the status the stream ends with
-// once nothing is in flight: shutdown, revocation, cancellation, a failed write), finished_
-// (Finish was called; exactly once).
+// State under mu_: reading_ (a read is outstanding, or its message is still being parsed out of
+// in_: a read started meanwhile, from OnWriteDone, would overwrite the buffer), writing_ (a
+// write is outstanding; queued_ holds the serialised responses waiting for it), in_flight_
+// (requests read and not yet written), half_closed_ (the client closed its side), end_ (the
+// status the stream ends with once nothing is in flight: shutdown, revocation, cancellation, a
+// failed write), finished_ (Finish was called; exactly once).
 class SequenceServiceImpl::BatchStreamReactor
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public internal::EndableStream {
@@ -77,7 +78,8 @@ class SequenceServiceImpl::BatchStreamReactor
     std::optional<grpc::Status> end;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reading_ = false;
+      // reading_ stays set while in_ is parsed (below): no read may reuse it before.
+      if (finished_ || !ok) reading_ = false;
       if (finished_) return;
       if (!ok) {
         // The client closed its side (OK once everything read is answered), or cancelled.
@@ -100,6 +102,7 @@ class SequenceServiceImpl::BatchStreamReactor
     if (!auth.ok() || who != owner_) {
       {
         std::lock_guard<std::mutex> lock(mu_);
+        reading_ = false;
         --in_flight_;
         SetEnd(auth.ok() ? Revoked() : auth);
         end = TakeEnd();
@@ -111,6 +114,7 @@ class SequenceServiceImpl::BatchStreamReactor
         grpc::SerializationTraits<pb::ExtendBatchRequest>::Deserialize(&in_, &job->request);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      reading_ = false;
       MaybeRead();  // in_ is free again; the next message may come while this one runs
     }
     if (!parsed.ok()) {

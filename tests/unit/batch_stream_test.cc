@@ -6,7 +6,9 @@
 // while two are unanswered (its immediate request-level error comes only after one of them); a
 // request-level error is answered in-stream and the stream goes on; the stream ends OK once
 // every request read is answered; shutdown (EndStreams) ends a busy stream with UNAVAILABLE
-// after its answers, a revoked identity an idle one with UNAUTHENTICATED.
+// after its answers, a revoked identity an idle one with UNAUTHENTICATED; many requests written
+// back to back, each answered while the next is read, all parse and come back OK (a read started
+// by a write's completion while the previous message was still being parsed overwrote it).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,8 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backends/paged/cpu_paged_attention.h"
 #include "common/worker_pool.h"
@@ -262,6 +266,48 @@ TEST_F(BatchStreamTest, RevokedIdentityEndsAnIdleStream) {
   EXPECT_EQ(service_->RevokeIdentities({""}), 1);  // the anonymous identity's one sequence
   EXPECT_FALSE(stream->Read(&r));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(BatchStreamTest, BackToBackRequestsAllParseWhileAnswersAreWritten) {
+  // Each message has its own sequence (no order between them); answers are written while the
+  // next message is read and parsed. Every one must parse and run: none may be read into the
+  // buffer of a message still being parsed (a read started from OnWriteDone did, under load:
+  // INVALID_ARGUMENT "not a valid ExtendBatchRequest", then heap corruption).
+  constexpr int kMessages = 1000;
+  constexpr int64_t kT = 16;  // tokens per message: enough bytes that parsing takes a while
+  std::vector<std::string> ids;
+  for (int i = 0; i < kMessages; ++i) ids.push_back(Create());
+  std::vector<pb::ExtendBatchRequest> requests;
+  for (int i = 0; i < kMessages; ++i) requests.push_back(One(ids[i], 0, kT, 1000 + i));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub_->ExtendBatchStream(&ctx);
+  std::thread writer([&] {
+    for (const auto &r : requests) {
+      if (!stream->Write(r)) break;
+    }
+    stream->WritesDone();
+  });
+  std::vector<int> seen(kMessages, 0);
+  int answers = 0, bad = 0;
+  pb::ExtendBatchResponse r;
+  while (stream->Read(&r)) {
+    ++answers;
+    const int64_t i = static_cast<int64_t>(r.tag()) - 1000;
+    if (r.code() != 0 || i < 0 || i >= kMessages || r.steps_size() != 1 ||
+        r.steps(0).code() != 0 || r.steps(0).length() != kT) {
+      if (++bad <= 3) ADD_FAILURE() << "tag " << r.tag() << ": " << r.code() << " " << r.message();
+      continue;
+    }
+    ++seen[static_cast<size_t>(i)];
+  }
+  writer.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(answers, kMessages);
+  EXPECT_EQ(bad, 0);
+  for (int i = 0; i < kMessages; ++i) {
+    EXPECT_EQ(seen[static_cast<size_t>(i)], 1) << "tag " << 1000 + i;
+  }
 }
 
 }  // namespace

@@ -7,9 +7,7 @@
 
 #include "attn/kernels/host_dtype.h"
 #include "attn/kernels/paged_kv_cpu.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "backends/paged/replay_digest.h"
 
 namespace attn {
 namespace {
@@ -20,15 +18,6 @@ constexpr float kFp8Headroom = 2.f;  // scale = amax * headroom / 448 when deriv
 
 std::string Shape3(const std::array<int64_t, 3> &s) {
   return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "]";
-}
-
-/// The replay digest of a step: XXH3-64 over q, then k and v each seeded with the digest so far
-/// (xxHash runs at tens of GB/s; std::hash's byte-wise Murmur took ~8 µs per decode step of
-/// N32 K8 H128 bf16, the largest host cost of a batched step on the H200, bench/NOTES.md).
-uint64_t Digest(const ExtendArgs &a) {
-  uint64_t d = XXH3_64bits(a.q, static_cast<size_t>(a.q_bytes));
-  d = XXH3_64bits_withSeed(a.k, static_cast<size_t>(a.k_bytes), d);
-  return XXH3_64bits_withSeed(a.v, static_cast<size_t>(a.v_bytes), d);
 }
 
 Status CheckArgs(const SequenceConfig &c, const ExtendArgs &a) {
@@ -97,7 +86,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   ATTN_RETURN_IF_ERROR(CheckArgs(c, a));
   LayerState &L = seq->layers[static_cast<size_t>(a.layer)];
   const int64_t T = a.q_shape[0];
-  const uint64_t digest = Digest(a);
+  const uint64_t digest = ReplayDigest(a.q, a.q_bytes, a.k, a.k_bytes, a.v, a.v_bytes);
   out->num_heads = c.num_heads;
   out->head_dim = c.head_dim;
   out->dtype = c.dtype;
@@ -209,8 +198,10 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
     L.v_scales = std::move(step->v_scales);
   }
   const int64_t saturations = step->append.saturations;
-  seq->fp8_saturations += saturations;
-  store->AddSaturations(saturations);
+  if (saturations != 0) {  // the store's counter is shared by every batch thread
+    seq->fp8_saturations += saturations;
+    store->AddSaturations(saturations);
+  }
   // Replayable only when the output fits the replay budget (replay_output.h); otherwise a retry
   // gets FAILED_PRECONDITION with the actual length.
   L.last.valid = L.last.o.Store(store->replay_budget(), o);
