@@ -96,7 +96,7 @@ Status CheckDeviceStep(const PagedAttentionBackend &backend, const ExtendArgs &a
     return FailedPrecondition(
         "this FP8 sequence derives its scales from its first step's k/v on the host, and this "
         "step's k/v are in a CUDA IPC region: send the first step's k/v as bytes or through "
-        "host shared memory");
+        "host shared memory, or give k_scales/v_scales at CreateSequence");
   }
   return Status::Ok();
 }
