@@ -22,6 +22,10 @@
 #   frontend  issue 15: bench/frontend_bench.py through the bundle (TCP, Unix socket) and the
 #           Python client's CUDA fast-path tests (FRONTEND_ARGS, FRONTEND_TIMEOUT)
 #   mps     the frontend bench again under an MPS control daemon started for the step only
+#   ipc     issue 18 item 3: CUDA IPC regions through the bundled server
+#           (tests/integration/test_cuda_ipc_gpu.py: this pytest process is the torch frontend,
+#           the server a second process on the GPU; then test_cuda_ipc_leases.py's refusals)
+#   ipcmps  the ipc step again under an MPS control daemon started for the step only
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
 # summaries (path-summary.json, compare.json/.txt, frontend.json, multiproc-summary.json)
@@ -75,6 +79,41 @@ run_frontend() {
     >"$dir/frontend_bench.txt" 2>&1
   echo "frontend_bench exit $?" >>"$dir/frontend_bench.txt"
   tail -n 60 "$dir/frontend_bench.txt"
+}
+
+# tests/integration/test_cuda_ipc_gpu.py and test_cuda_ipc_leases.py through the bundle into DIR.
+run_ipc() {
+  local dir=$1
+  export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
+  ATTN_SERVER_BIN=$(bundle_wrappers) timeout 300 python3 -m pytest -q -rs -p no:cacheprovider \
+    "$root/tests/integration/test_cuda_ipc_gpu.py" "$root/tests/integration/test_cuda_ipc_leases.py" \
+    >"$dir/pytest.txt" 2>&1
+  echo "cuda ipc pytest exit $?" >>"$dir/pytest.txt"
+  tail -n 40 "$dir/pytest.txt"
+}
+# Runs "$@" with NVIDIA's MPS control daemon started for it only, on a private pipe directory
+# (only processes that inherit CUDA_MPS_PIPE_DIRECTORY connect; the GPU's settings are not
+# touched), then stopped; its log goes to DIR/mps-log. Prints why when MPS cannot start.
+with_mps() {
+  local dir=$1
+  shift
+  if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    echo "nvidia-cuda-mps-control not found on this host: MPS not run" | tee "$dir/skipped.txt"
+    return 0
+  fi
+  export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/mps-pipe.XXXXXX)
+  CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/mps-log.XXXXXX)
+  if nvidia-cuda-mps-control -d; then
+    echo "MPS control daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee "$dir/mps.txt"
+    "$@"
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+    cp -r "$CUDA_MPS_LOG_DIRECTORY" "$dir/mps-log" 2>/dev/null
+  else
+    echo "nvidia-cuda-mps-control -d failed: MPS not run" | tee "$dir/skipped.txt"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
 
 wheels=$(compgen -G "$root/.whl/*.whl"; compgen -G "$root/.carry/wheels/*.whl")
@@ -216,23 +255,21 @@ for step in $steps; do
       # context switches under MPS? (the deployment question of README "Shared memory").
       say "mps"
       mkdir -p "$OUT/mps"
-      if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-        echo "nvidia-cuda-mps-control not found on this host: MPS not run" | tee "$OUT/mps/skipped.txt"
-      else
-        export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-        CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/mps-pipe.XXXXXX)
-        CUDA_MPS_LOG_DIRECTORY=$(mktemp -d /tmp/mps-log.XXXXXX)
-        if nvidia-cuda-mps-control -d; then
-          echo "MPS control daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)" | tee "$OUT/mps/mps.txt"
-          run_frontend "$OUT/mps"
-          echo quit | nvidia-cuda-mps-control
-          sleep 1
-          cp -r "$CUDA_MPS_LOG_DIRECTORY" "$OUT/mps/mps-log" 2>/dev/null
-        else
-          echo "nvidia-cuda-mps-control -d failed: MPS not run" | tee "$OUT/mps/skipped.txt"
-        fi
-        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-      fi
+      with_mps "$OUT/mps" run_frontend "$OUT/mps"
+      ;;
+    ipc)
+      # Issue 18 item 3: CUDA IPC regions (device-to-device q/k/v/o with IPC events both ways)
+      # against the bytes path, the refusals, two regions in flight, release on close.
+      say "ipc"
+      mkdir -p "$OUT/ipc"
+      run_ipc "$OUT/ipc"
+      ;;
+    ipcmps)
+      # The same under an MPS control daemon: does CUDA IPC work between two MPS clients of one
+      # MPS server (README "CUDA IPC regions", the GKE MPS question)?
+      say "ipcmps"
+      mkdir -p "$OUT/ipcmps"
+      with_mps "$OUT/ipcmps" run_ipc "$OUT/ipcmps"
       ;;
     bench)
       say "bench"

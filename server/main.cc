@@ -42,6 +42,7 @@
 #include "service/sequence_service.h"
 #include "common/worker_pool.h"
 #include "shm/region_registry.h"
+#include "startup/cuda_ipc_opener.h"
 #include "startup/drain.h"
 #include "startup/listen_address.h"
 #include "startup/main_listener.h"
@@ -71,12 +72,16 @@ int CheckUnixSocketFlags(const attn::ServerConfig& config, bool unix_socket, mod
   return kContinue;
 }
 
-// GetServerInfo's kv_cache section, and the host pool as the pool when no device pool opened.
-void AddKvFacts(const attn::KvRuntime& kv, attn::BuiltBackends* built) {
-  built->facts.extra_info = [&sequences = *kv.store,
-                             kv_device = kv.device](attention::v1::GetServerInfoResponse* r) {
+// GetServerInfo's kv_cache section and CUDA IPC facts, and the host pool as the pool when no
+// device pool opened.
+void AddKvFacts(const attn::KvRuntime& kv, const attn::startup::CudaIpcFacts& ipc,
+                attn::BuiltBackends* built) {
+  built->facts.extra_info = [&sequences = *kv.store, kv_device = kv.device,
+                             ipc](attention::v1::GetServerInfoResponse* r) {
     attn::FillKvCacheInfo(sequences, r->mutable_kv_cache());
     r->mutable_kv_cache()->set_device(kv_device);
+    r->set_device_uuid(ipc.device_uuid);
+    r->set_cuda_ipc_regions(ipc.accepted);
   };
   if (!built->facts.pool_usage) {
     attn::KvMemory* host = kv.memory.get();
@@ -249,7 +254,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
   sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);
-  AddKvFacts(*kv, built);
+  AddKvFacts(*kv, attn::startup::InstallCudaIpc(*built, *kv, &shm_regions), built);
 
   std::unique_ptr<grpc::Server> server;
   // Health state for the main listener and the plaintext --health-address listener alike.

@@ -12,6 +12,23 @@
 
 namespace attn {
 
+/// Which of a step's tensors live in a client's CUDA IPC region (issue 18 item 3; sequence.proto
+/// CudaIpcRegion): a flagged ExtendArgs pointer is a device address on the server's GPU, never
+/// read on the host (no replay digest, no FP8 scale derivation); only a backend that serves
+/// device I/O (PagedAttentionBackend::ServesDeviceIo) runs such a step, copying the flagged
+/// inputs device to device after its stream waited on `ready_event`, and o's rows device to
+/// device to `o` as well as to the host output.
+struct DeviceStepIo {
+  bool q = false, k = false, v = false;  ///< that input pointer is a device address
+  /// The client's event (a cudaEvent_t, opaque here) recorded after it wrote the inputs; set
+  /// when any input is on the device.
+  void *ready_event = nullptr;
+  /// Device address of the step's (T, N, H) o rows in the region, or null (o on the host only).
+  void *o = nullptr;
+  bool inputs() const { return q || k || v; }
+  bool any() const { return inputs() || o != nullptr; }
+};
+
 /// A decoded Extend request; pointers alias the request's bytes (or a packed batch's rows).
 struct ExtendArgs {
   std::string sequence_id;
@@ -26,6 +43,8 @@ struct ExtendArgs {
   /// Append k/v only, attend nothing (ExtendRequest.append_only): q is null, q_bytes 0,
   /// q_dtype = k_dtype and q_shape = (T, 0, H) with T and H from k (N = 0: no query heads).
   bool append_only = false;
+  /// Tensors in a CUDA IPC region (all false / null: everything in host memory).
+  DeviceStepIo device;
 };
 
 /// Makes `a` (k and v decoded) an append-only step: append_only set, q null, q_bytes 0,

@@ -21,6 +21,11 @@ StatusOr<void *> CallRegions::Resolve(const char *field, const attention::v1::Re
   void *data = writable ? static_cast<void *>(pin->mutable_data())
                         : const_cast<uint8_t *>(pin->data());
   std::lock_guard<std::mutex> lock(mu_);
+  shm::DeviceRegion *dev = pin->device();
+  if (dev != nullptr && device_ != nullptr && device_ != dev) {
+    return InvalidArgument(prefix + "names a second CUDA IPC region; the CUDA IPC slices of "
+                           "one call must all lie in one region (its events order the call)");
+  }
   for (const auto &[other, p] : pins_) {
     // A range written while another is read (or written) in the same mapping: refused.
     const bool either_written = writable || p.mutable_data() != nullptr;
@@ -31,6 +36,7 @@ StatusOr<void *> CallRegions::Resolve(const char *field, const attention::v1::Re
                              "another range of the call");
     }
   }
+  if (dev != nullptr) device_ = dev;
   pins_.emplace_back(field, std::move(*pin));
   return data;
 }
@@ -42,6 +48,19 @@ Status CallRegions::CheckIntact() const {
     if (!s.ok()) return Status(s.code(), field + ": " + s.message());
   }
   return Status::Ok();
+}
+
+shm::DeviceRegion *CallRegions::device() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_;
+}
+
+bool CallRegions::OnDevice(const std::string &field) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto &[name, pin] : pins_) {
+    if (name == field) return pin.device() != nullptr;
+  }
+  return false;
 }
 
 size_t CallRegions::pinned() const {

@@ -6,6 +6,10 @@
 // gets one PackedStepResult per step, in request order, and one ExecutionReport: the times of
 // the slowest step that ran (the one answered last), batch_size = the request's steps,
 // batch_tokens = total_tokens, flops summed over the steps.
+// CUDA IPC regions (issue 18 item 3): the steps' flagged q/k/v/o are device addresses
+// (ExtendArgs::device) that the GPU paged backend copies device to device after waiting on the
+// client's event; rows of failed steps are zeroed on the device, and once the last step is
+// recorded the server's event is recorded (and waited for) before the call is answered.
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -38,6 +42,9 @@ struct PackedCall {
   PackedBatch batch;
   pb::ExtendBatchResponse *response = nullptr;
   char *o = nullptr;  // rows of o: the response's o data or o_region's bytes (null: append-only)
+  shm::DeviceRegion *device = nullptr;  // the call's CUDA IPC region (pinned by `regions`)
+  bool o_on_device = false;             // `o` is a device address in `device`
+  Status device_error;                  // the first failed zeroing of o rows (under mu)
   std::atomic<int> left{0};
   std::mutex mu;  // guards what follows and the response's report
   bool any_result = false;  // some step ran or failed on its own
@@ -61,7 +68,26 @@ char *PrepareResponse(const PackedBatch &b, pb::ExtendBatchResponse *response) {
   return o->mutable_data()->data();
 }
 
-/// Writes step `i`'s result into its PackedStepResult and its rows of o (zeros on error).
+/// Flags the steps' tensors that lie in the call's CUDA IPC region (field names as the
+/// validator resolved them) and points each step's device o at its rows.
+void MarkDeviceSteps(PackedCall &c) {
+  PackedBatch &b = c.batch;
+  const bool q = c.regions.OnDevice("packed.q_region");
+  const bool k = c.regions.OnDevice("packed.k_region");
+  const bool v = c.regions.OnDevice("packed.v_region");
+  c.o_on_device = c.o != nullptr && c.regions.OnDevice("packed.o_region");
+  for (size_t i = 0; i < b.steps.size(); ++i) {
+    DeviceStepIo &d = b.steps[i].device;
+    d.q = q && !b.append_only;
+    d.k = k;
+    d.v = v;
+    d.ready_event = d.inputs() ? c.device->client_event() : nullptr;
+    d.o = c.o_on_device ? c.o + static_cast<uint64_t>(b.first_row[i]) * b.o_row_bytes : nullptr;
+  }
+}
+
+/// Writes step `i`'s result into its PackedStepResult and its rows of o (zeros on error). Rows
+/// in a CUDA IPC region: a step that ran wrote them on the device; a failed one's are zeroed.
 void RecordStep(PackedCall &c, size_t i, const StepResult &step) {
   pb::PackedStepResult *r = c.response->mutable_steps(static_cast<int>(i));
   const PackedBatch &b = c.batch;
@@ -71,15 +97,30 @@ void RecordStep(PackedCall &c, size_t i, const StepResult &step) {
     r->set_code(static_cast<int32_t>(step.status.code()));
     // A protobuf string must be valid UTF-8, or the client cannot parse the whole response.
     r->set_message(Utf8SafeEcho(step.status.message(), std::numeric_limits<size_t>::max()));
-    if (c.o != nullptr && b.o != nullptr) std::memset(c.o + row * b.o_row_bytes, 0, rows_bytes);
+    if (c.o_on_device) {
+      Status z = c.device->Zero(reinterpret_cast<uint8_t *>(c.o + row * b.o_row_bytes),
+                                static_cast<int64_t>(rows_bytes));
+      std::lock_guard<std::mutex> lock(c.mu);
+      if (!z.ok() && c.device_error.ok()) c.device_error = z;
+    } else if (c.o != nullptr && b.o != nullptr) {
+      std::memset(c.o + row * b.o_row_bytes, 0, rows_bytes);
+    }
     return;
   }
   r->set_length(step.outcome.length);
   r->set_replayed(step.outcome.replayed);
   r->set_kv_len(step.outcome.kv_len);
-  if (c.o != nullptr && step.o.size() == rows_bytes) {
+  if (!c.o_on_device && c.o != nullptr && step.o.size() == rows_bytes) {
     std::memcpy(c.o + row * b.o_row_bytes, step.o.data(), rows_bytes);
   }
+}
+
+/// The call's end on its CUDA IPC region: the first zeroing error, else the server's event
+/// recorded and waited for (OK when the call names no such region).
+Status SignalDevice(PackedCall &c) {
+  if (c.device == nullptr) return Status::Ok();
+  ATTN_RETURN_IF_ERROR(c.device_error);
+  return c.device->SignalWritten();
 }
 
 }  // namespace
@@ -102,6 +143,8 @@ void SequenceServiceImpl::RunPackedBatch(grpc::CallbackServerContext *context,
   call->batch = std::move(*batch);
   call->response = response;
   call->o = PrepareResponse(call->batch, response);
+  call->device = call->regions.device();
+  if (call->device != nullptr) MarkDeviceSteps(*call);
   const auto n_steps = static_cast<int32_t>(call->batch.steps.size());
   std::vector<StepRequest> steps;
   steps.reserve(call->batch.steps.size());
@@ -140,7 +183,12 @@ void SequenceServiceImpl::RunPackedBatch(grpc::CallbackServerContext *context,
       report->set_batch_size(n_steps);
       report->set_batch_tokens(call->batch.total_tokens);
       report->set_flops(call->flops);
-      // Every read of q/k/v and write of o is over: trust none of it if a region shrank.
+      // Every read of q/k/v and write of o is over (on the device: once the event is waited
+      // for); trust none of it if a region shrank.
+      if (Status signalled = SignalDevice(*call); !signalled.ok()) {
+        done(signalled);
+        return;
+      }
       if (Status intact = call->regions.CheckIntact(); !intact.ok()) {
         done(Status(intact.code(), intact.message() +
                                        "; the batch's steps that ran were applied with the "

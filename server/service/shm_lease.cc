@@ -1,7 +1,11 @@
-// SequenceServiceImpl's SharedMemoryLease (sequence.proto): one bidi stream per host
-// shared-memory region. The first message names the client's POSIX shm object; the server maps
-// it (shm/region_registry.h, for the caller's identity) and writes the one response with the
-// region id; later messages are read and ignored. The region is released exactly once when the
+// SequenceServiceImpl's SharedMemoryLease (sequence.proto): one bidi stream per shared-memory
+// region. The first message names the client's POSIX shm object, or carries a CUDA IPC region
+// (cuda_ipc: the allocation's and the client event's handles); the server maps it
+// (shm/region_registry.h, for the caller's identity) and writes the one response with the
+// region id (and, for CUDA IPC, the server event's handle); later messages are read and
+// ignored. A CUDA IPC lease's stream is finished only once the server closed its mapping (the
+// last call that pinned the region is done), so a client that saw the end may free the
+// allocation. The region is released exactly once when the
 // stream ends: the client closes its side (OK), cancels or vanishes (its connection ends), the
 // server ends leases for shutdown (EndStreams: UNAVAILABLE) or the identity's token is revoked
 // (RevokeIdentities: UNAUTHENTICATED). A call that resolved a slice of the region keeps using it
@@ -14,6 +18,7 @@
 // end.
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <string>
 
 #include "service/grpc_status.h"
@@ -74,7 +79,21 @@ class SequenceServiceImpl::LeaseReactor
                               "the first message of this stream is not a valid "
                               "attention.v1.SharedMemoryLeaseRequest"));
     }
-    auto region = service_->shm_regions_->Register(owner_, request.name(), request.bytes());
+    StatusOr<shm::RegisteredRegion> region = Internal("lease not registered");
+    if (request.has_cuda_ipc()) {
+      if (!request.name().empty()) {
+        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "name and cuda_ipc are both set: a lease is on a host object "
+                                "or on a CUDA IPC region, not both"));
+      }
+      const pb::CudaIpcRegion &c = request.cuda_ipc();
+      region = service_->shm_regions_->RegisterDevice(
+          owner_, {c.memory_handle(), c.offset(), request.bytes(), c.device_uuid(),
+                   c.event_handle()});
+      device_ = region.ok();
+    } else {
+      region = service_->shm_regions_->Register(owner_, request.name(), request.bytes());
+    }
     if (!region.ok()) {
       spdlog::debug("SharedMemoryLease refused: {}", region.status().ToString());
       return End(ToGrpc(region.status()));
@@ -83,6 +102,7 @@ class SequenceServiceImpl::LeaseReactor
     pb::SharedMemoryLeaseResponse response;
     response.set_region_id(region->region_id);
     response.set_bytes(region->bytes);
+    response.set_cuda_event_handle(region->server_event_handle);
     bool own = false;
     if (!grpc::SerializationTraits<pb::SharedMemoryLeaseResponse>::Serialize(response, &out_,
                                                                              &own)
@@ -108,13 +128,13 @@ class SequenceServiceImpl::LeaseReactor
   }
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mu_);
-    ReleaseRegion();  // at once: the client is gone
+    ReleaseRegion(nullptr);  // at once: the client is gone
     if (!writing_) End(ClientGone());  // else when the write completes (not ok)
   }
   void OnDone() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ReleaseRegion();
+      ReleaseRegion(nullptr);
     }
     if (registered_) {
       std::lock_guard<std::mutex> registry(service_->leases_mu_);
@@ -152,20 +172,27 @@ class SequenceServiceImpl::LeaseReactor
   }
   grpc::Status ClientGone() const { return stream_end::ClientGone(*context_); }
   /// Forgets the region (once); calls that pinned it keep it mapped until they are done.
+  /// `on_closed` (may be null) runs once the mapping is closed; true when it was handed over
+  /// (it will run, maybe inside this call), false when there was no region to release.
   /// Called with mu_ held.
-  void ReleaseRegion() {
-    if (region_id_.empty()) return;
-    service_->shm_regions_->Release(region_id_);
+  bool ReleaseRegion(std::function<void()> on_closed) {
+    if (region_id_.empty()) return false;
+    const bool released = service_->shm_regions_->Release(region_id_, on_closed);
     region_id_.clear();
+    return released && on_closed != nullptr;
   }
-  /// Releases the region, finishes the stream once and counts it. Called with mu_ held.
+  /// Releases the region, counts the stream and finishes it once: a CUDA IPC lease only when
+  /// its mapping is closed (on the thread that drops the last pin, if a call still holds one).
+  /// Called with mu_ held. Nothing touches `this` after Finish (OnDone may delete it).
   void End(const grpc::Status &st) {
     if (finished_) return;
     finished_ = true;
-    ReleaseRegion();
-    Finish(st);
-    service_->Observe(metrics::Method::kSharedMemoryLease,
-                      static_cast<StatusCode>(st.error_code()), start_);
+    std::function<void()> finish = [this, st] {
+      service_->Observe(metrics::Method::kSharedMemoryLease,
+                        static_cast<StatusCode>(st.error_code()), start_);
+      Finish(st);
+    };
+    if (!ReleaseRegion(device_ ? finish : nullptr)) finish();
   }
 
   SequenceServiceImpl *const service_;
@@ -178,6 +205,7 @@ class SequenceServiceImpl::LeaseReactor
   bool reading_ = false, writing_ = false, finished_ = false, first_read_ = false;
   bool ending_ = false, revoked_ = false;
   bool registered_ = false;  // in service_->leases_ (set in the constructor only)
+  bool device_ = false;      // the region is a CUDA IPC region (set once, under mu_)
 };
 
 void SequenceServiceImpl::EndLeases() {

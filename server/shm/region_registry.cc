@@ -6,31 +6,42 @@
 #include <utility>
 
 #include "common/client_text.h"
+#include "common/gpu_uuid.h"
 #include "shm/fault_guard.h"
 #include "shm/shm_mapping.h"
 
 namespace attn::shm {
 
-// One registered region: its mapping and who owns it. Gives its mapped bytes back to the usage
-// totals when the last pin (or the registry's entry) lets it go.
+// One registered region: its mapping (host) or its CUDA IPC region (device), and who owns it.
+// Gives its bytes back to the usage totals when the last pin (or the registry's entry) lets it
+// go, then runs the release callback, if any (after the mapping is closed).
 class Region {
  public:
-  Region(std::string id, std::string owner, std::unique_ptr<ShmMapping> mapping,
+  Region(std::string owner, std::unique_ptr<ShmMapping> mapping,
          std::shared_ptr<RegionRegistry::Usage> usage)
-      : id_(std::move(id)),
-        owner_(std::move(owner)),
-        mapping_(std::move(mapping)),
-        usage_(std::move(usage)) {}
+      : owner_(std::move(owner)), mapping_(std::move(mapping)), usage_(std::move(usage)) {}
+  Region(std::string owner, std::unique_ptr<DeviceRegion> device,
+         std::shared_ptr<RegionRegistry::Usage> usage)
+      : owner_(std::move(owner)), device_(std::move(device)), usage_(std::move(usage)) {
+    usage_->device.fetch_add(1);
+  }
   ~Region() {
+    const int64_t n = bytes();
+    if (device_ != nullptr) usage_->device.fetch_sub(1);
+    mapping_.reset();
+    device_.reset();  // cudaIpcCloseMemHandle
     usage_->regions.fetch_sub(1);
-    usage_->bytes.fetch_sub(mapping_->bytes());
+    usage_->bytes.fetch_sub(n);
+    if (on_closed_) on_closed_();
   }
   const std::string &id() const { return id_; }
   const std::string &owner() const { return owner_; }
-  const ShmMapping &mapping() const { return *mapping_; }
-  /// FAILED_PRECONDITION when the mapping broke (counted and logged the first time).
+  uint8_t *data() const { return device_ != nullptr ? device_->data() : mapping_->data(); }
+  int64_t bytes() const { return device_ != nullptr ? device_->bytes() : mapping_->bytes(); }
+  DeviceRegion *device() const { return device_.get(); }
+  /// FAILED_PRECONDITION when the host mapping broke (counted and logged the first time).
   Status Intact() const {
-    if (!mapping_->broken()) return Status::Ok();
+    if (mapping_ == nullptr || !mapping_->broken()) return Status::Ok();
     if (!reported_.exchange(true)) {
       usage_->broken.fetch_add(1);
       spdlog::warn(
@@ -47,15 +58,23 @@ class Region {
   }
 
  private:
-  const std::string id_;
+  friend class RegionRegistry;
+  std::string id_;  // set by Insert before the region is published, constant after
   const std::string owner_;
-  const std::unique_ptr<ShmMapping> mapping_;
+  std::unique_ptr<ShmMapping> mapping_;   // host regions
+  std::unique_ptr<DeviceRegion> device_;  // device regions
   const std::shared_ptr<RegionRegistry::Usage> usage_;
   mutable std::atomic<bool> reported_{false};
+  // Set by Release under the registry's lock, before the registry's reference goes.
+  mutable std::function<void()> on_closed_;
 };
 
 Status PinnedSlice::CheckIntact() const {
   return region_ == nullptr ? Status::Ok() : region_->Intact();
+}
+
+DeviceRegion *PinnedSlice::device() const {
+  return region_ == nullptr ? nullptr : region_->device();
 }
 
 RegionRegistry::RegionRegistry(RegistryLimits limits)
@@ -77,6 +96,7 @@ std::string RegionRegistry::NewRegionId() {
 }
 
 Status RegionRegistry::Reserve(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
   const int64_t regions = usage_->regions.load();
   const int64_t mapped = usage_->bytes.load();
   if (regions + 1 > limits_.max_regions) {
@@ -95,43 +115,118 @@ Status RegionRegistry::Reserve(int64_t bytes) {
   return Status::Ok();
 }
 
+void RegionRegistry::Unreserve(int64_t bytes) {
+  usage_->regions.fetch_sub(1);
+  usage_->bytes.fetch_sub(bytes);
+}
+
+std::string RegionRegistry::Insert(std::shared_ptr<Region> region) {
+  std::lock_guard<std::mutex> lock(mu_);
+  region->id_ = NewRegionId();
+  std::string id = region->id_;
+  regions_.emplace(id, std::move(region));
+  return id;
+}
+
 StatusOr<RegisteredRegion> RegionRegistry::Register(const std::string &owner,
                                                     const std::string &name, int64_t bytes) {
   ATTN_RETURN_IF_ERROR(ValidateShmName(name));
   if (bytes < 1) return InvalidArgument("bytes: expected >= 1, got " + std::to_string(bytes));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ATTN_RETURN_IF_ERROR(Reserve(bytes));
-  }
+  ATTN_RETURN_IF_ERROR(Reserve(bytes));
   auto mapping = ShmMapping::Open(name, bytes);
   if (!mapping.ok()) {
-    usage_->regions.fetch_sub(1);
-    usage_->bytes.fetch_sub(bytes);
+    Unreserve(bytes);
     return mapping.status();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  RegisteredRegion out{NewRegionId(), bytes};
   // From here the Region gives the reservation back when it goes.
-  regions_.emplace(out.region_id,
-                   std::make_shared<const Region>(out.region_id, owner, std::move(*mapping),
-                                                  usage_));
+  RegisteredRegion out;
+  out.bytes = bytes;
+  out.region_id = Insert(std::make_shared<Region>(owner, std::move(*mapping), usage_));
   return out;
 }
 
-bool RegionRegistry::Release(const std::string &region_id) {
-  std::shared_ptr<const Region> gone;  // unmapped (if unpinned) after the lock is dropped
+void RegionRegistry::SetDeviceOpener(std::shared_ptr<DeviceRegionOpener> opener,
+                                     std::string why_not) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(region_id);
-  if (it == regions_.end()) return false;
-  gone = std::move(it->second);
-  regions_.erase(it);
-  return true;
+  device_opener_ = std::move(opener);
+  device_why_not_ = std::move(why_not);
+}
+
+bool RegionRegistry::accepts_device_regions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_opener_ != nullptr;
+}
+
+StatusOr<RegisteredRegion> RegionRegistry::RegisterDevice(const std::string &owner,
+                                                          DeviceLeaseRequest request) {
+  // The request's own form first (what no device is needed to judge), then this server.
+  for (const auto &[field, handle] :
+       {std::pair<const char *, const std::string *>{"cuda_ipc.memory_handle",
+                                                     &request.memory_handle},
+        {"cuda_ipc.event_handle", &request.event_handle}}) {
+    if (handle->size() != kCudaIpcHandleBytes) {
+      return InvalidArgument(std::string(field) + ": expected " +
+                             std::to_string(kCudaIpcHandleBytes) + " bytes (a CUDA IPC handle), "
+                             "got " + std::to_string(handle->size()));
+    }
+  }
+  if (request.offset < 0) {
+    return InvalidArgument("cuda_ipc.offset: expected >= 0, got " +
+                           std::to_string(request.offset));
+  }
+  if (request.bytes < 1) {
+    return InvalidArgument("bytes: expected >= 1, got " + std::to_string(request.bytes));
+  }
+  auto uuid = CanonicalGpuUuid(request.device_uuid);
+  if (!uuid.ok()) return Status(uuid.status().code(), "cuda_ipc." + uuid.status().message());
+  request.device_uuid = *uuid;
+  std::shared_ptr<DeviceRegionOpener> opener;
+  std::string why_not;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    opener = device_opener_;
+    why_not = device_why_not_;
+  }
+  if (opener == nullptr) return FailedPrecondition(why_not);
+  if (request.device_uuid != opener->device_uuid()) {
+    return FailedPrecondition("cuda_ipc.device_uuid: the allocation is on " +
+                              request.device_uuid + ", this server computes on " +
+                              opener->device_uuid() +
+                              " (CUDA IPC needs both on one GPU: lease on the server of that GPU, "
+                              "or send the tensors as bytes or host shared memory)");
+  }
+  ATTN_RETURN_IF_ERROR(Reserve(request.bytes));
+  auto device = opener->Open(request);
+  if (!device.ok()) {
+    Unreserve(request.bytes);
+    return device.status();
+  }
+  RegisteredRegion out;
+  out.bytes = request.bytes;
+  out.server_event_handle = (*device)->server_event_handle();
+  out.region_id = Insert(std::make_shared<Region>(owner, std::move(*device), usage_));
+  return out;
+}
+
+bool RegionRegistry::Release(const std::string &region_id, std::function<void()> on_closed) {
+  std::shared_ptr<const Region> gone;  // unmapped (if unpinned) after the lock is dropped
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = regions_.find(region_id);
+    if (it == regions_.end()) return false;
+    gone = std::move(it->second);
+    regions_.erase(it);
+    gone->on_closed_ = std::move(on_closed);
+  }
+  return true;  // `gone` goes here: the mapping closes now unless a call still pins it
 }
 
 int64_t RegionRegistry::ReleaseAll() {
   std::unordered_map<std::string, std::shared_ptr<const Region>> gone;
-  std::lock_guard<std::mutex> lock(mu_);
-  gone.swap(regions_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone.swap(regions_);
+  }
   return static_cast<int64_t>(gone.size());
 }
 
@@ -159,7 +254,7 @@ StatusOr<PinnedSlice> RegionRegistry::Resolve(const std::string &owner, const Sl
     return NotFound("no shared-memory region \"" + EchoClientText(slice.region_id) +
                     "\" for this identity (unknown, or its lease ended)");
   }
-  const int64_t size = region->mapping().bytes();
+  const int64_t size = region->bytes();
   if (slice.offset > size || slice.bytes > size - slice.offset) {  // no overflow: both <= size
     return InvalidArgument("region slice [" + std::to_string(slice.offset) + ", +" +
                            std::to_string(slice.bytes) + ") lies beyond region " + region->id() +
@@ -167,7 +262,7 @@ StatusOr<PinnedSlice> RegionRegistry::Resolve(const std::string &owner, const Sl
   }
   ATTN_RETURN_IF_ERROR(region->Intact());
   PinnedSlice pinned;
-  pinned.data_ = region->mapping().data() + slice.offset;
+  pinned.data_ = region->data() + slice.offset;
   pinned.bytes_ = slice.bytes;
   pinned.writable_ = writable;
   pinned.region_ = std::move(region);
@@ -179,6 +274,7 @@ RegistryStats RegionRegistry::stats() const {
   s.regions = usage_->regions.load();
   s.mapped_bytes = usage_->bytes.load();
   s.broken_total = usage_->broken.load();
+  s.device_regions = usage_->device.load();
   std::lock_guard<std::mutex> lock(mu_);
   s.leased = static_cast<int64_t>(regions_.size());
   return s;

@@ -1,13 +1,16 @@
 // CallRegions (server/service/call_regions.h): a packed call's region fields resolved in the
-// caller's regions, errors naming the field, pins that keep a released region's bytes, and the
-// check after the call that names the field whose region shrank.
+// caller's regions, errors naming the field, pins that keep a released region's bytes, the
+// check after the call that names the field whose region shrank, and CUDA IPC slices (a fake
+// opener: one device region per call, which fields are on it, host slices beside it).
 #include "service/call_regions.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "fake_device_region.h"
 #include "shm_test_object.h"
 
 namespace attn {
@@ -93,6 +96,42 @@ TEST(CallRegions, CheckIntactNamesTheShrunkField) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message().rfind("o_region: region ", 0), 0u) << s.message();
   EXPECT_NE(s.message().find("shrank below its registered size"), std::string::npos);
+}
+
+TEST(CallRegions, DeviceSlicesOfOneCallLieInOneRegion) {
+  ShmObject host(4096);
+  ASSERT_TRUE(host.ok());
+  auto opener = std::make_shared<shm::testing::FakeOpener>();
+  shm::RegionRegistry registry;
+  registry.SetDeviceOpener(opener, "");
+  auto d1 = registry.RegisterDevice("a", shm::testing::DeviceLease(8192));
+  auto d2 = registry.RegisterDevice("a", shm::testing::DeviceLease(8192));
+  auto h = registry.Register("a", host.name(), 4096);
+  ASSERT_TRUE(d1.ok() && d2.ok() && h.ok());
+  CallRegions call(&registry, "a");
+  EXPECT_EQ(call.device(), nullptr);
+  auto q = call.Resolve("packed.q_region", Slice(d1->region_id, 0, 1024), 1024, false);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_NE(call.device(), nullptr);
+  EXPECT_EQ(static_cast<uint8_t *>(*q), call.device()->data());  // a device address
+  ASSERT_TRUE(call.Resolve("packed.k_region", Slice(h->region_id, 0, 1024), 1024, false).ok());
+  const Status second =
+      call.Resolve("packed.v_region", Slice(d2->region_id, 0, 1024), 1024, false).status();
+  EXPECT_EQ(second.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(second.message().find("packed.v_region: names a second CUDA IPC region"),
+            std::string::npos)
+      << second.message();
+  ASSERT_TRUE(call.Resolve("packed.v_region", Slice(d1->region_id, 1024, 1024), 1024, false).ok());
+  // o overlapping q in the device region is refused as in a host region.
+  EXPECT_FALSE(call.Resolve("packed.o_region", Slice(d1->region_id, 512, 1024), 1024, true).ok());
+  ASSERT_TRUE(call.Resolve("packed.o_region", Slice(d1->region_id, 2048, 1024), 1024, true).ok());
+  EXPECT_TRUE(call.OnDevice("packed.q_region"));
+  EXPECT_FALSE(call.OnDevice("packed.k_region"));  // host shared memory
+  EXPECT_TRUE(call.OnDevice("packed.v_region"));
+  EXPECT_TRUE(call.OnDevice("packed.o_region"));
+  EXPECT_FALSE(call.OnDevice("packed.nothing"));
+  EXPECT_TRUE(call.CheckIntact().ok());
+  EXPECT_EQ(call.pinned(), 4u);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ from .stream import ExtendStream
 from .batch_stream import BatchStream
 from .packed_calls import PackedResult, StepResult
 from .shared_memory import SharedRegion
+from .cuda_region import CudaRegion
 from .aio import AsyncAttentionClient, AsyncExtendStream, AsyncSequence
 from .aio_batch_stream import AsyncBatchStream
 from .replicas import ReplicaSet
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionClient", "AttendResult", "ExtendResult", "Report", "ReplicaSet", "Sequence",
     "ExtendStream", "BatchStream", "PackedResult", "StepResult", "SharedRegion",
+    "CudaRegion",
     "AsyncAttentionClient", "AsyncBatchStream", "AsyncSequence", "AsyncExtendStream",
     "torch_sdpa", "jax_dot_product_attention",
     "errors",

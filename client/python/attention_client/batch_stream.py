@@ -39,7 +39,8 @@ class BatchStream:
     submit time by T, so that batches submitted back to back on one layer line up (a reply
     never lowers a handle's length; after a refused step call seq.refresh()).
     callback: called with the future once it resolves (on the reader thread).
-    A region (SharedRegion) serves one batch at a time: give each batch in flight its own.
+    A region (SharedRegion or CudaRegion) serves one batch at a time: give each batch in
+    flight its own.
     extend(...) = submit(...).result().
     close(): half-closes the stream and waits for the replies still due (their futures
     resolve); idempotent.

@@ -87,7 +87,8 @@ class AttentionClient(ExtendCalls, PackedCalls):
     Attribute wire (default True): the fast path of Extend/ExtendBatch/ExtendStream builds and
     reads the wire bytes itself (attention_client.wire); False: through protobuf messages.
     Packed batches (one q/k/v tensor for many sequences): extend_packed (packed_calls.py),
-    batch_stream (ExtendBatchStream, batch_stream.py), shared_region (shared_memory.py).
+    batch_stream (ExtendBatchStream, batch_stream.py), shared_region (shared_memory.py),
+    cuda_region (cuda_region.py).
     """
 
     def __init__(self, target, *, timeout=60.0, identity=None, max_message_bytes=1 << 30,
@@ -347,6 +348,15 @@ class AttentionClient(ExtendCalls, PackedCalls):
         region=) or BatchStream.submit(..., region=); close() ends the lease and unlinks)."""
         from .shared_memory import SharedRegion
         return SharedRegion(self, nbytes, timeout=timeout)
+
+    def cuda_region(self, nbytes=None, *, tensor=None, device=None, timeout=30.0):
+        """A region of this process's GPU memory leased to a server on the same GPU (CUDA
+        IPC): → :class:`attention_client.cuda_region.CudaRegion` (nbytes: a new buffer on
+        device, or tensor: a contiguous CUDA tensor's bytes; name it in extend_packed(...,
+        region=) or BatchStream.submit(..., region=) with torch CUDA tensors; close() ends the
+        lease once the server closed its mapping). Needs torch with CUDA and libcuda."""
+        from .cuda_region import CudaRegion
+        return CudaRegion(self, nbytes, tensor=tensor, device=device, timeout=timeout)
 
     def _metadata(self, identity=None):
         """gRPC metadata of every call: identity (this call's or the client's) and token."""

@@ -121,7 +121,11 @@ class PackedCalls:
         None; k/v are appended, nothing is attended, o is None (a prefill computed elsewhere).
         region: a SharedRegion: q/k/v are written into it (unless they already are its
         arrays() views) and o is read from it; only slices are sent (timings include those
-        copies: gather_us and scatter_us).
+        copies: gather_us and scatter_us). Or a CudaRegion (same GPU as the server; q/k/v
+        torch CUDA tensors on its device): q/k/v are copied device to device into it on the
+        current stream and its event recorded; after the reply the current stream waits on
+        the server's event and o is cloned out of the region (a CUDA tensor; nothing crosses
+        the host).
         fast, timings: as extend_batch's (phases gather_us, encode_us, rpc_us, decode_us,
         scatter_us).
         Returns PackedResult(o, steps, report): o (total_tokens, N, H) of q's dtype and kind

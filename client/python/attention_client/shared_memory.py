@@ -19,12 +19,11 @@ others are copied into the region (torch CUDA: one device→host copy per tensor
 copied out of the region into a new array/tensor (CUDA: one host→device copy). One batch at a
 time per region: a region named by a batch still in flight is refused (InvalidArgument).
 """
-import threading
-
 import numpy as np
 
 from ._pb import sequence_pb2 as spb
-from .errors import DeadlineExceeded, InvalidArgument, Unavailable, from_rpc_error
+from .errors import InvalidArgument
+from .lease import Lease
 from . import fastpath as _fp
 
 _ALIGN = 64
@@ -72,21 +71,13 @@ class SharedRegion:
         self.buf = np.frombuffer(self._shm.buf, dtype=np.uint8, count=self.nbytes)
         self.region_id = None
         self._busy = False
-        self._error = None
         self._closed = False
-        self._closing = threading.Event()
-        self._ready = threading.Event()
+        self._lease = None
         try:
-            self._call = client._seq.SharedMemoryLease(self._requests(), timeout=None,
-                                                       metadata=client._metadata())
-            self._reader = threading.Thread(target=self._read, name="attn-shm-lease",
-                                            daemon=True)
-            self._reader.start()
-            if not self._ready.wait(timeout):
-                raise DeadlineExceeded(f"SharedMemoryLease: no lease within {timeout} s",
-                                       method="SharedMemoryLease")
-            if self._error is not None:
-                raise self._error
+            self._lease = Lease(client, spb.SharedMemoryLeaseRequest(name=self.name,
+                                                                     bytes=self.nbytes),
+                                timeout=timeout)
+            self.region_id = self._lease.response.region_id
         except BaseException:
             self.close()
             raise
@@ -100,29 +91,10 @@ class SharedRegion:
     def __repr__(self):
         return f"SharedRegion({self.name}, {self.nbytes} bytes, id={self.region_id})"
 
-    def _requests(self):
-        yield spb.SharedMemoryLeaseRequest(name=self.name, bytes=self.nbytes)
-        self._closing.wait()
-
-    def _read(self):
-        try:
-            for r in self._call:
-                if self.region_id is None:
-                    self.region_id = r.region_id
-                    self._ready.set()
-            if self.region_id is None:
-                self._error = Unavailable("SharedMemoryLease ended before the region was "
-                                          "leased", method="SharedMemoryLease")
-        except Exception as e:  # grpc.RpcError (also CANCELLED after close)
-            if not self._closing.is_set():
-                self._error = from_rpc_error(e, "SharedMemoryLease")
-        finally:
-            self._ready.set()
-
     @property
     def alive(self):
         """True while the lease stream is open (the server holds the region)."""
-        return not self._closed and self._reader.is_alive() and self._error is None
+        return not self._closed and self._lease is not None and self._lease.alive
 
     def arrays(self, total_tokens, num_heads, num_kv_heads, head_dim, dtype, *,
                append_only=False):
@@ -192,13 +164,8 @@ class SharedRegion:
         if self._closed:
             return
         self._closed = True
-        self._closing.set()
-        reader = getattr(self, "_reader", None)
-        if reader is not None:
-            reader.join(timeout)
-            if reader.is_alive():
-                self._call.cancel()
-                reader.join()
+        if self._lease is not None:
+            self._lease.close(timeout)
         self.buf = None
         try:
             self._shm.close()

@@ -71,6 +71,25 @@ Status DeriveScales(const void *x, DType dtype, int64_t T, int64_t K, int64_t H,
   return Status::Ok();
 }
 
+/// Whether a step with tensors in a CUDA IPC region (a.device) may run: the backend serves
+/// device I/O, and its k/v are not needed on the host to derive FP8 scales (`derives_scales`).
+/// OK for steps without device tensors. Errors: FAILED_PRECONDITION saying which.
+Status CheckDeviceStep(const PagedAttentionBackend &backend, const ExtendArgs &a,
+                       bool derives_scales) {
+  if (!a.device.any()) return Status::Ok();
+  if (!backend.ServesDeviceIo()) {
+    return FailedPrecondition("this step names a CUDA IPC region, but the " + backend.name() +
+                              " backend reads host memory only");
+  }
+  if (derives_scales && (a.device.k || a.device.v)) {
+    return FailedPrecondition(
+        "this FP8 sequence derives its scales from its first step's k/v on the host, and this "
+        "step's k/v are in a CUDA IPC region: send the first step's k/v as bytes or through "
+        "host shared memory, or give k_scales/v_scales at CreateSequence");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const std::string &owner,
@@ -86,7 +105,13 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   ATTN_RETURN_IF_ERROR(CheckArgs(c, a));
   LayerState &L = seq->layers[static_cast<size_t>(a.layer)];
   const int64_t T = a.q_shape[0];
-  const uint64_t digest = ReplayDigest(a.q, a.q_bytes, a.k, a.k_bytes, a.v, a.v_bytes);
+  const bool fp8 = c.kv_dtype == DType::kFloat8E4M3;
+  // A step with tensors in a CUDA IPC region: its bytes are never read on the host, so it is
+  // never a replay (no digest) and its result is not stored for one.
+  const bool on_device = a.device.any();
+  ATTN_RETURN_IF_ERROR(CheckDeviceStep(*backend, a, fp8 && L.k_scales.empty()));
+  const uint64_t digest =
+      on_device ? 0 : ReplayDigest(a.q, a.q_bytes, a.k, a.k_bytes, a.v, a.v_bytes);
   out->num_heads = c.num_heads;
   out->head_dim = c.head_dim;
   out->dtype = c.dtype;
@@ -94,7 +119,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   step->append_only = a.append_only;
 
   // An exact replay of this layer's last step returns the stored result.
-  if (L.last.valid && a.position == L.last.position && T == L.last.tokens &&
+  if (!on_device && L.last.valid && a.position == L.last.position && T == L.last.tokens &&
       digest == L.last.digest && L.table.length() == a.position + T) {
     *o = L.last.o.bytes();
     out->length = L.table.length();
@@ -109,7 +134,6 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
                               std::to_string(L.table.length()) +
                               " (actual length; Extend appends at the end)");
   }
-  const bool fp8 = c.kv_dtype == DType::kFloat8E4M3;
   std::vector<float> k_scales = L.k_scales, v_scales = L.v_scales;
   if (fp8 && k_scales.empty()) {
     ATTN_RETURN_IF_ERROR(DeriveScales(a.k, c.dtype, T, c.num_kv_heads, c.head_dim, "k", &k_scales));
@@ -163,6 +187,7 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   step->old_len = old_len;
   step->from_spare = from_spare;
   step->digest = digest;
+  step->replayable = !on_device;
   step->k_scales = std::move(k_scales);
   step->v_scales = std::move(v_scales);
   PagedLayerView lv;
@@ -179,11 +204,13 @@ Status PrepareExtend(SequenceStore *store, PagedAttentionBackend *backend, const
   step->append.v = a.v;
   step->append.src_dtype = c.dtype;
   step->append.saturations = 0;
+  step->append.device = on_device ? &a.device : nullptr;
   // An append-only step attends nothing: an attend item of 0 query tokens and no output.
   const int64_t q_tokens = a.append_only ? 0 : T;
   o->resize(static_cast<size_t>(q_tokens * c.num_heads * c.head_dim * kernels::DTypeSize(c.dtype)));
   step->attend.layer = lv;
-  step->attend.query = PagedQuery{a.q, q_tokens, c.num_heads, c.dtype, c.scale};
+  step->attend.query = PagedQuery{a.q, q_tokens, c.num_heads, c.dtype, c.scale,
+                                  on_device ? &a.device : nullptr};
   step->attend.o = a.append_only ? nullptr : o->data();
   return Status::Ok();
 }
@@ -204,7 +231,14 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
   }
   // Replayable only when the output fits the replay budget (replay_output.h); otherwise a retry
   // gets FAILED_PRECONDITION with the actual length.
-  L.last.valid = L.last.o.Store(store->replay_budget(), o);
+  // Steps of CUDA IPC regions are never replayed (their inputs are not fingerprinted): the
+  // superseded output goes back to the budget and nothing is stored.
+  if (step->replayable) {
+    L.last.valid = L.last.o.Store(store->replay_budget(), o);
+  } else {
+    L.last.o.Clear();
+    L.last.valid = false;
+  }
   L.last.position = step->append.start;
   L.last.tokens = step->append.tokens;
   L.last.digest = step->digest;

@@ -6,8 +6,11 @@
 // state unchanged on every error): NOT_FOUND (see SequenceStore::Acquire),
 // INVALID_ARGUMENT (layer, dtypes, shapes, k/v lengths), FAILED_PRECONDITION
 // (position is not the layer's length; the message gives the length),
-// RESOURCE_EXHAUSTED (pages needed/free). Thread-safety: thread-safe; steps on
-// one sequence are serialised by its lock.
+// RESOURCE_EXHAUSTED (pages needed/free); FAILED_PRECONDITION for a step with tensors in a
+// CUDA IPC region (ExtendArgs::device) on a backend that does not serve device I/O, or whose
+// FP8 scales would have to be derived from device k/v. Such steps are never answered as
+// replays nor stored for one (their bytes are not read on the host). Thread-safety:
+// thread-safe; steps on one sequence are serialised by its lock.
 #pragma once
 
 #include <array>
@@ -47,6 +50,8 @@ struct PreparedExtend {
   int64_t old_len = 0;
   int64_t from_spare = 0;  ///< pages taken from the layer's reserve (given back on abort)
   uint64_t digest = 0;
+  /// False for steps with CUDA IPC tensors (ExtendArgs::device): never stored for a replay.
+  bool replayable = true;
   std::vector<float> k_scales, v_scales;  ///< FP8 scales in use (derived on first prefill)
 };
 

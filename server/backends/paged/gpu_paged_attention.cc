@@ -7,6 +7,7 @@
 
 #include "attn/kernels/paged_decode.h"
 #include "attn/kernels/paged_kv_cpu.h"
+#include "backends/paged/gpu_paged_device_io.h"
 #include "backends/paged/gpu_paged_graph_key.h"
 #include "backends/paged/gpu_paged_jobs.h"
 
@@ -46,7 +47,7 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
   bool in_scratch = false;  // d is the lane's scratch: the trip may run as a graph
 
   bool GraphKey(Lane &lane, std::string *key) override {
-    if (!in_scratch) return false;
+    if (!in_scratch || HasDeviceIo(a, t)) return false;  // CUDA IPC copies: never in a graph
     GraphKeyWriter w(key);
     w.Put(lane.staging()).Put(d).Put(host_bytes).Put(t_at);
     if (a != nullptr) PutAppendGraphKey(*a, w);
@@ -58,9 +59,11 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
     if (t != nullptr) PackAttend(*t, lane.staging() + t_at);
   }
   Status Upload(Lane &lane) override {
-    return lane.Check(
+    ATTN_RETURN_IF_ERROR(lane.Check(
         cudaMemcpyAsync(d, lane.staging(), host_bytes, cudaMemcpyHostToDevice, lane.stream()),
-        "cudaMemcpyAsync H2D");
+        "cudaMemcpyAsync H2D"));
+    // Inputs in CUDA IPC regions over their (unpacked) rows, after the client's event.
+    return CopyDeviceInputs(a, d, t, d + t_at, lane);
   }
   Status Launch(Lane &lane) override {
     if (a != nullptr) ATTN_RETURN_IF_ERROR(LaunchAppend(*a, d, lane.stream()));
@@ -69,6 +72,7 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
   }
   Status Download(Lane &lane) override {
     char *h = lane.staging();
+    if (t != nullptr) ATTN_RETURN_IF_ERROR(CopyDeviceOutputs(*t, d + t_at, lane));
     if (a != nullptr) {
       ATTN_RETURN_IF_ERROR(lane.Check(
           cudaMemcpyAsync(h + a->at_sat, d + a->at_sat, static_cast<size_t>(a->launches) * 8,

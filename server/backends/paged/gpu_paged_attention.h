@@ -72,6 +72,9 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   const std::string &device() const override { return device_name_; }
   Status SupportsSequence(kernels::DType dtype, kernels::DType kv_dtype, int64_t num_heads,
                           int64_t num_kv_heads, int64_t head_dim) const override;
+  /// Steps with tensors in CUDA IPC regions on this GPU: copied device to device
+  /// (gpu_paged_device_io.h), never as a CUDA graph.
+  bool ServesDeviceIo() const override { return true; }
   Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,
                 const void *v, kernels::DType src_dtype, int64_t *saturations) override;
   Status CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,

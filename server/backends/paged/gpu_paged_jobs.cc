@@ -89,8 +89,13 @@ void PackAppend(const PagedAppendJob &j, char *h) {
   for (int64_t b = 0; b < j.B; ++b) {
     const PagedAppendItem &a = j.items[b];
     const uint64_t at = static_cast<uint64_t>(off[b] * j.row_bytes);
-    std::memcpy(h + j.at_k + at, a.k, static_cast<size_t>(a.tokens * j.row_bytes));
-    std::memcpy(h + j.at_v + at, a.v, static_cast<size_t>(a.tokens * j.row_bytes));
+    // k/v in a CUDA IPC region are device addresses: copied on the device (gpu_paged_device_io).
+    if (a.device == nullptr || !a.device->k) {
+      std::memcpy(h + j.at_k + at, a.k, static_cast<size_t>(a.tokens * j.row_bytes));
+    }
+    if (a.device == nullptr || !a.device->v) {
+      std::memcpy(h + j.at_v + at, a.v, static_cast<size_t>(a.tokens * j.row_bytes));
+    }
     std::memcpy(bt + b * j.max_blocks, a.layer.block_table,
                 static_cast<size_t>(a.layer.num_blocks) * 4);
     std::fill(bt + b * j.max_blocks + a.layer.num_blocks, bt + (b + 1) * j.max_blocks, 0);
@@ -148,6 +153,9 @@ bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *atten
   for (size_t i = 0; i < n; ++i) {
     const PagedAppendItem &a = appends[i];
     const PagedAttendItem &t = attends[i];
+    // CUDA IPC k/v (device addresses) keep the separate append: CopyDeviceInputs copies
+    // them into the append's region, not into the folded rows.
+    if (a.device != nullptr) return false;
     if (a.layer.pool.kv_dtype != t.query.dtype || a.src_dtype != t.query.dtype ||
         a.layer.pool.kv_dtype == DType::kFloat8E4M3 ||
         !SamePool(a.layer.pool, t.layer.pool) || a.layer.block_table != t.layer.block_table) {
@@ -289,8 +297,10 @@ void PackAttend(const PagedAttendJob &j, char *h) {
     const PagedLayerView &L = j.layers[i];
     const AttendSplit::Item &it = j.split.items[i];
     const int64_t T = j.queries[i].tokens;
-    std::memcpy(h + j.at_q + static_cast<uint64_t>(it.q_row * j.row_bytes), j.queries[i].q,
-                static_cast<size_t>(T * j.row_bytes));
+    if (j.queries[i].device == nullptr || !j.queries[i].device->q) {  // else a device copy
+      std::memcpy(h + j.at_q + static_cast<uint64_t>(it.q_row * j.row_bytes), j.queries[i].q,
+                  static_cast<size_t>(T * j.row_bytes));
+    }
     if (it.prefill) {
       // One sequence of the fused launch: its T rows are the last T of kv_len keys.
       const int64_t p = it.entry;

@@ -54,7 +54,8 @@ struct PagedAttendJob {
 /// Checks an append call (one KV layout class and source dtype, non-negative starts and counts)
 /// and lays out its staging region (job->B == 0: nothing to append). Errors: INVALID_ARGUMENT.
 Status LayoutAppend(PagedAppendItem *items, size_t n, PagedAppendJob *job);
-/// Packs the append's inputs into `h` (its region of the staging buffer).
+/// Packs the append's inputs into `h` (its region of the staging buffer); k/v rows in a CUDA IPC
+/// region (PagedAppendItem::device) are left for CopyDeviceInputs (gpu_paged_device_io.h).
 void PackAppend(const PagedAppendJob &j, char *h);
 /// Enqueues the append launches on `stream` over the device copy `d` of the region.
 Status LaunchAppend(const PagedAppendJob &j, char *d, cudaStream_t stream);
@@ -64,7 +65,8 @@ void FinishAppend(const PagedAppendJob &j, const char *h);
 /// True when `n` steps' appends can fold into their decode launch (DecodeQueries::new_k): 16-bit
 /// pages in the query dtype, every step attends exactly the 1..64 tokens it appends as its
 /// newest keys (appends[i].start + tokens == attends[i].layer.kv_len), and no layer (block
-/// table) appears twice (a step would otherwise need another step's appended keys in pages).
+/// table) appears twice (a step would otherwise need another step's appended keys in pages);
+/// steps with CUDA IPC k/v (PagedAppendItem::device) keep the separate append.
 bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *attends, size_t n);
 
 /// Checks an attention call (one layout class, dtype, query heads and scale; 1 <= T <= kv_len),
@@ -74,7 +76,8 @@ bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *atten
 Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
                     void *const *outs, int64_t count, PagedAttendJob *job,
                     const PagedAppendItem *appends = nullptr);
-/// Packs q, block tables, lengths, offsets and FP8 scales into `h`.
+/// Packs q, block tables, lengths, offsets and FP8 scales into `h` (q rows in a CUDA IPC region
+/// are left for CopyDeviceInputs).
 void PackAttend(const PagedAttendJob &j, char *h);
 /// Enqueues the decode launch and the fused paged launch (either may be empty) on `stream`.
 Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream);

@@ -4,7 +4,8 @@
 // GpuPagedAttention, pages in device memory, kernels/decode/). The name is what a sequence
 // step's ExecutionReport.backend says; device() ("cpu" or "gpu") is its ExecutionReport.device.
 // Pointers in PagedLayerView.pool are where the pages live; block tables, scales and q/k/v/o
-// are host memory. The pages themselves (pools, block tables, sequences) are kv_cache/.
+// are host memory, except the CUDA IPC tensors an item flags (DeviceStepIo, GPU only). The
+// pages themselves (pools, block tables, sequences) are kv_cache/.
 // Thread-safety: implementations must allow concurrent calls on different
 // sequences.
 #pragma once
@@ -17,6 +18,7 @@
 #include "attn/kernels/attention_problem.h"
 #include "attn/kernels/paged_kv.h"
 #include "attn/common/status.h"
+#include "kv_cache/extend_args.h"
 
 namespace attn {
 
@@ -39,6 +41,9 @@ struct PagedQuery {
   int64_t num_heads = 0;  ///< N
   kernels::DType dtype = kernels::DType::kBFloat16;
   float scale = 0.f;
+  /// Non-null: the step's CUDA IPC tensors (device->q: q is a device address; device->o: o's
+  /// rows also go there); only when the backend ServesDeviceIo. Outlives the call.
+  const DeviceStepIo *device = nullptr;
 };
 
 /// One sequence's append in AppendBatch: k, v ((tokens, K, H) of src_dtype) written at
@@ -51,6 +56,9 @@ struct PagedAppendItem {
   const void *v = nullptr;
   kernels::DType src_dtype = kernels::DType::kBFloat16;
   int64_t saturations = 0;  ///< out: FP8 elements clamped while writing this item
+  /// Non-null: the step's CUDA IPC tensors (device->k / device->v: that pointer is a device
+  /// address); only when the backend ServesDeviceIo. Outlives the call.
+  const DeviceStepIo *device = nullptr;
 };
 
 /// One sequence's attention in AttendBatch: o ((T, N, H) of query.dtype) over `layer`. An item
@@ -93,6 +101,10 @@ class PagedAttentionBackend {
     (void)dtype, (void)kv_dtype, (void)num_heads, (void)num_kv_heads, (void)head_dim;
     return Status::Ok();
   }
+  /// True when items may carry CUDA IPC tensors (PagedQuery::device, PagedAppendItem::device:
+  /// device addresses on the backend's GPU). Default false: the step executor refuses such
+  /// steps with FAILED_PRECONDITION before they reach the backend.
+  virtual bool ServesDeviceIo() const { return false; }
   /// Writes k, v ((T, K, H) of `src_dtype`) at tokens [start, start + T) of the
   /// layer. FP8 pages add their saturated element count to *saturations.
   virtual Status Append(const PagedLayerView &layer, int64_t start, int64_t tokens, const void *k,

@@ -33,8 +33,10 @@ if _version_not_supported:
 class AttentionServiceStub(object):
     """The attention service.
 
-    Work that has started runs to completion: a deadline or cancellation is honoured before a
-    call starts computing (DEADLINE_EXCEEDED / CANCELLED), not in the middle of a computation.
+    Deadlines and cancellation (DEADLINE_EXCEEDED / CANCELLED) are honoured until a call's
+    launch, also while it waits for a batch; on the cpu backend also during the computation,
+    which stops between chunks of rows (about a millisecond apart) once every caller of its
+    launch is gone or past its deadline. A GPU launch that has started runs to completion.
     A message that is not a valid serialised AttendRequest is rejected by gRPC itself.
 
     Status codes: INVALID_ARGUMENT (shape, dtype, byte size, head counts, lengths, unknown
@@ -71,8 +73,10 @@ class AttentionServiceStub(object):
 class AttentionServiceServicer(object):
     """The attention service.
 
-    Work that has started runs to completion: a deadline or cancellation is honoured before a
-    call starts computing (DEADLINE_EXCEEDED / CANCELLED), not in the middle of a computation.
+    Deadlines and cancellation (DEADLINE_EXCEEDED / CANCELLED) are honoured until a call's
+    launch, also while it waits for a batch; on the cpu backend also during the computation,
+    which stops between chunks of rows (about a millisecond apart) once every caller of its
+    launch is gone or past its deadline. A GPU launch that has started runs to completion.
     A message that is not a valid serialised AttendRequest is rejected by gRPC itself.
 
     Status codes: INVALID_ARGUMENT (shape, dtype, byte size, head counts, lengths, unknown
@@ -134,8 +138,10 @@ def add_AttentionServiceServicer_to_server(servicer, server):
 class AttentionService(object):
     """The attention service.
 
-    Work that has started runs to completion: a deadline or cancellation is honoured before a
-    call starts computing (DEADLINE_EXCEEDED / CANCELLED), not in the middle of a computation.
+    Deadlines and cancellation (DEADLINE_EXCEEDED / CANCELLED) are honoured until a call's
+    launch, also while it waits for a batch; on the cpu backend also during the computation,
+    which stops between chunks of rows (about a millisecond apart) once every caller of its
+    launch is gone or past its deadline. A GPU launch that has started runs to completion.
     A message that is not a valid serialised AttendRequest is rejected by gRPC itself.
 
     Status codes: INVALID_ARGUMENT (shape, dtype, byte size, head counts, lengths, unknown

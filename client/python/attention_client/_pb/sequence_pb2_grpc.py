@@ -99,19 +99,25 @@ class SequenceServiceServicer(object):
     """
 
     def CreateSequence(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates an empty sequence owned by the caller's identity (reserving reserve_tokens per
+        layer when asked). UNAVAILABLE while draining.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Extend(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One step on one layer: append k/v at position, attend q over the cache (prefill: T > 1,
+        decode: T = 1). Replays of the layer's last step are answered from the stored result.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ExtendBatch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One layer's step for many sequences in one call (a decode batch); each step applied or
+        refused on its own.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -143,31 +149,39 @@ class SequenceServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def SharedMemoryLease(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """Registers a client-created shared-memory region (host POSIX shm, or a CUDA IPC device
+        allocation on the server's GPU) for packed batches' RegionSlices; the region stays
+        registered while this stream is open.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def TruncateSequence(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cuts every layer back to a length (rejected speculative tokens, a failed step).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ForkSequence(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Copy-on-write child of a sequence (or of its first `length` tokens): prefix sharing.
+        UNAVAILABLE while draining.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseSequence(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Releases a sequence and frees its pages (pages shared with forks stay).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetSequence(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A sequence's configuration, layer lengths, pages and idle time.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
