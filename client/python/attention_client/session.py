@@ -55,8 +55,9 @@ class _Row:
 
 @dataclasses.dataclass
 class SessionStats:
-    """Counters since the session was made: extend_calls (layer calls: ExtendBatch calls,
-    more when a big step was split), extend_steps (row × layer steps the server accepted),
+    """Counters since the session was made: extend_calls (layer calls, one per layer per
+    forward pass; LayerCalls.rpcs counts the ExtendBatch calls, more where a big step was
+    split), extend_steps (row × layer steps the server accepted),
     tokens (query tokens it accepted), created and released sequences, recoveries (rows
     rebuilt), rollbacks (steps undone). With transport_region set: region_calls (ExtendBatch
     calls whose q/k/v/o went through the CUDA IPC region), byte_calls (ExtendBatch calls sent
