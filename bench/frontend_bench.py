@@ -8,7 +8,9 @@ size is a flag). For every prompt length P and batch B (same-length prompts of r
           torch.compile / CUDA graphs, else the dynamic cache; the JSON says which and why);
   server: the same loop with the model attached (attention_client.transformers_integration:
           no model-side KV cache, one ExtendBatch per layer per step for all rows), per
-          transport (TCP, Unix socket).
+          transport (TCP, Unix socket) and --regions mode: none (bytes in the messages: rows
+          tcp, unix), cuda (transport_region="cuda", a CUDA IPC region on the server's GPU:
+          rows tcp+cudaipc, unix+cudaipc; checked: every ExtendBatch used it), auto (+auto).
 Reported: prefill time, ms per decode step and tokens/s (p50/mean), per-layer call breakdown
 (adapter conversion, client call, client+transport, server phases; p50/p99); teacher-forced
 logits against the local full forward pass with the local noise floor (incremental KV cache vs
@@ -22,8 +24,8 @@ themselves). No silent local fallback can pass.
 
 Usage (GPU host):
   python3 bench/frontend_bench.py --server-bin build/server/attention-server --kv-device gpu
-      [--transports tcp,unix] [--batches 1,8,32,64] [--prompts 512,8192] [--new-tokens 64]
-      [--loadgen build/client/attention-loadgen]
+      [--transports tcp,unix] [--regions none,cuda] [--batches 1,8,32,64] [--prompts 512,8192]
+      [--new-tokens 64] [--loadgen build/client/attention-loadgen]
   or against running servers (sized with --kv-cache-bytes for the largest case):
       --target tcp=127.0.0.1:50051,http://127.0.0.1:9464/metrics
       --target unix=unix:/run/attn.sock,http://127.0.0.1:9464/metrics
@@ -45,7 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
@@ -59,6 +60,9 @@ def log(*a):
 
 def ints(s):
     return [int(x) for x in s.split(",") if x]
+
+
+REGION_SUFFIX = {"none": "", "cuda": "+cudaipc", "auto": "+auto"}  # --regions mode → row name
 
 
 def parse_args():
@@ -88,6 +92,9 @@ def parse_args():
     s.add_argument("--server-compile", default="unix",
                    help="transports (comma-separated, '' for none) that also run each case with "
                         "model.forward under torch.compile, attention still on the server")
+    s.add_argument("--regions", default="none",
+                   help="comma-separated transport_region modes per server: none (bytes), "
+                        "cuda (CUDA IPC region; rows NAME+cudaipc), auto (rows NAME+auto)")
     s.add_argument("--server-arg", action="append", default=[], help="extra server flag")
     s.add_argument("--target", action="append", default=[],
                    help="NAME=ADDRESS[,METRICS_URL] of a running server (instead of "
@@ -95,7 +102,11 @@ def parse_args():
     s.add_argument("--metrics-url", help="/metrics for --target entries without their own")
     s.add_argument("--loadgen", help="attention-loadgen, for the C++ baseline")
     ap.add_argument("--out", help="JSON path (default bench/results/frontend-<dev>-<date>.json)")
-    return ap.parse_args()
+    a = ap.parse_args()
+    a.regions = [m for m in a.regions.split(",") if m]
+    if not a.regions or set(a.regions) - set(REGION_SUFFIX):
+        ap.error(f"--regions: modes from {sorted(REGION_SUFFIX)}, got {a.regions}")
+    return a
 
 
 def free_port():
@@ -157,16 +168,6 @@ def kv_bytes_needed(a):
     return int(1.25 * max(a.batches + [a.tf_rows]) * per_row) + (64 << 20)
 
 
-def extend_batch_ok(url):
-    """The server's attn_requests_total{method="ExtendBatch",code="OK"}, or None."""
-    if not url:
-        return None
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    m = re.search(r'^attn_requests_total\{[^}]*code="OK"[^}]*method="ExtendBatch"[^}]*\} (\S+)',
-                  text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def plain(res):
     """A measurement dict without tensors / timing objects, for the JSON."""
     out = {k: v for k, v in res.items() if k not in ("first_logits", "prefill_calls",
@@ -195,12 +196,16 @@ def server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch, 
             with attached() as am:
                 fm.server_decode(am, ids, min(a.new_tokens, 8), torch)
             case["compile_warmup_s"] = time.perf_counter() - t0
-        before = extend_batch_ok(metrics_url)
+        before = fm.extend_batch_ok(metrics_url)
         with attached() as am:
-            steps0 = am.session.stats.extend_steps
+            st = am.session.stats
+            steps0, region0 = st.extend_steps, st.region_calls
             r = fm.server_decode(am, ids, a.new_tokens, torch)
-            steps = am.session.stats.extend_steps - steps0
-        after = extend_batch_ok(metrics_url)
+            steps = st.extend_steps - steps0
+            region = None if am.session.calls.transport is None else {
+                "mode": am.session.calls.transport.mode, "calls": st.region_calls - region0,
+                "leases": st.region_leases, "fallback": st.transport_fallback}
+        after = fm.extend_batch_ok(metrics_url)
         case.update(plain(r))
         case["prefill_layer_calls"] = fm.call_breakdown(r["prefill_calls"])
         case["decode_layer_calls"] = fm.call_breakdown(r["decode_calls"])
@@ -208,6 +213,11 @@ def server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch, 
         checks = {"extend_steps": steps, "extend_steps_expected": want * B,
                   "rpcs": r["rpcs"], "server_extendbatch_delta":
                   None if before is None else after - before}
+        if region is not None:
+            checks["region"] = region
+            if region["mode"] == "cuda" and region["calls"] != r["rpcs"]:
+                failures.append(f"{name} P={P} B={B}: {region['calls']} of {r['rpcs']} "
+                                "ExtendBatch calls went through the CUDA IPC region")
         case["checks"] = checks
         if steps != want * B:
             failures.append(f"{name} P={P} B={B}: {steps} row x layer steps, "
@@ -236,17 +246,34 @@ def server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch, 
     return case
 
 
-def run_transport(a, name, target, metrics_url, model, cases, torch, grpc, failures):
+def run_server(a, name, target, metrics_url, model, cases, torch, grpc, failures, servers,
+               command=None):
+    """run_transport once per --regions mode, into servers[NAME + REGION_SUFFIX[mode]]; the
+    empty-call baselines only with the first mode (they do not depend on it)."""
+    for i, mode in enumerate(a.regions):
+        label = name + REGION_SUFFIX[mode]
+        servers[label] = run_transport(a, label, target, metrics_url, model, cases, torch, grpc,
+                                       failures, region=mode, baselines=i == 0)
+        if command:
+            servers[label]["server_command"] = command
+
+
+def run_transport(a, name, target, metrics_url, model, cases, torch, grpc, failures,
+                  region="none", baselines=True):
     from attention_client import AttentionClient
     from attention_client.transformers_integration import attach
     res = {"target": target, "cases": [], "metrics_url": metrics_url}
+    if region != "none":
+        res["transport_region"] = region
     with AttentionClient(target, timeout=600) as client:
         info = client.server_info()
         res["server"] = {"version": info.version, "device": info.device_name,
-                         "kv_device": info.kv_cache.device}
+                         "kv_device": info.kv_cache.device,
+                         "cuda_ipc_regions": info.cuda_ipc_regions}
 
         def attached():
-            return attach(model, client, max_call_bytes=a.max_call_mb << 20)
+            return attach(model, client, max_call_bytes=a.max_call_mb << 20,
+                          transport_region=None if region == "none" else region)
         for (P, B), ids, local in cases:
             case = server_case(a, name, attached, metrics_url, model, P, B, ids, local, torch,
                                failures)
@@ -264,9 +291,10 @@ def run_transport(a, name, target, metrics_url, model, cases, torch, grpc, failu
         except Exception as e:  # noqa: BLE001
             res["teacher_forced"] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
             failures.append(f"{name} teacher-forced: {res['teacher_forced']['error']}")
-        res["python_empty_calls_us"] = fm.python_empty_calls(client, grpc, target,
-                                                             a.baseline_calls)
-        res["cpp_tiny_calls"] = fm.cpp_tiny_calls(a.loadgen, target, a.baseline_calls)
+        if baselines:
+            res["python_empty_calls_us"] = fm.python_empty_calls(client, grpc, target,
+                                                                 a.baseline_calls)
+            res["cpp_tiny_calls"] = fm.cpp_tiny_calls(a.loadgen, target, a.baseline_calls)
     return res
 
 
@@ -368,8 +396,8 @@ def main():
             for t in a.target:
                 name, _, addr = t.partition("=")
                 addr, _, murl = addr.partition(",")
-                servers[name] = run_transport(a, name, addr, murl or a.metrics_url, model,
-                                              cases, torch, grpc, failures)
+                run_server(a, name, addr, murl or a.metrics_url, model, cases, torch, grpc,
+                           failures, servers)
         elif a.server_bin:
             for name in a.transports.split(","):
                 try:
@@ -379,9 +407,8 @@ def main():
                     failures.append(f"{name}: server did not start: {servers[name]['error']}")
                     continue
                 try:
-                    servers[name] = run_transport(a, name, srv.target, srv.metrics_url, model,
-                                                  cases, torch, grpc, failures)
-                    servers[name]["server_command"] = " ".join(srv.cmd)
+                    run_server(a, name, srv.target, srv.metrics_url, model, cases, torch, grpc,
+                               failures, servers, command=" ".join(srv.cmd))
                 finally:
                     srv.stop()
         else:

@@ -1,5 +1,6 @@
 """Measurements of bench/frontend_bench.py: the model, its local decode loops, the same loop
-through attention-server, teacher-forced logits, empty-call baselines.
+through attention-server, teacher-forced logits, empty-call baselines, the server's ExtendBatch
+counter.
 
 Every loop here is the same manual greedy loop (prefill the prompt in one forward pass with
 logits for the last position only, then one forward pass per new token), so the local and
@@ -9,9 +10,11 @@ import gc
 import inspect
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 
 def pct(xs, p):
@@ -25,6 +28,16 @@ def summary(xs):
     if not xs:
         return None
     return {"count": len(xs), "mean": sum(xs) / len(xs), "p50": pct(xs, 50), "p99": pct(xs, 99)}
+
+
+def extend_batch_ok(url):
+    """The server's attn_requests_total{method="ExtendBatch",code="OK"}, or None."""
+    if not url:
+        return None
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    m = re.search(r'^attn_requests_total\{[^}]*code="OK"[^}]*method="ExtendBatch"[^}]*\} (\S+)',
+                  text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def sync(torch, device):

@@ -24,7 +24,9 @@
 #   mps     the frontend bench again under an MPS control daemon started for the step only
 #   ipc     issue 18 item 3: CUDA IPC regions through the bundled server
 #           (tests/integration/test_cuda_ipc_gpu.py: this pytest process is the torch frontend,
-#           the server a second process on the GPU; then test_cuda_ipc_leases.py's refusals)
+#           the server a second process on the GPU; test_transformers_cuda_ipc_gpu.py: a tiny
+#           transformers model attached with transport_region="cuda"; then
+#           test_cuda_ipc_leases.py's refusals)
 #   ipcmps  the ipc step again under an MPS control daemon started for the step only
 # Usage: OUT=out ATTN_KERNELS_TREE=<tree> bash scripts/gpu_session.sh [steps...] (default: all)
 # Results: $OUT/logs.tgz (every step's files, rewritten after each step) and copies of the
@@ -81,12 +83,15 @@ run_frontend() {
   tail -n 60 "$dir/frontend_bench.txt"
 }
 
-# tests/integration/test_cuda_ipc_gpu.py and test_cuda_ipc_leases.py through the bundle into DIR.
+# tests/integration/test_cuda_ipc_gpu.py, test_transformers_cuda_ipc_gpu.py and
+# test_cuda_ipc_leases.py through the bundle into DIR.
 run_ipc() {
   local dir=$1
   export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
-  ATTN_SERVER_BIN=$(bundle_wrappers) timeout 300 python3 -m pytest -q -rs -p no:cacheprovider \
-    "$root/tests/integration/test_cuda_ipc_gpu.py" "$root/tests/integration/test_cuda_ipc_leases.py" \
+  ATTN_SERVER_BIN=$(bundle_wrappers) timeout 480 python3 -m pytest -q -rs -p no:cacheprovider \
+    "$root/tests/integration/test_cuda_ipc_gpu.py" \
+    "$root/tests/integration/test_transformers_cuda_ipc_gpu.py" \
+    "$root/tests/integration/test_cuda_ipc_leases.py" \
     >"$dir/pytest.txt" 2>&1
   echo "cuda ipc pytest exit $?" >>"$dir/pytest.txt"
   tail -n 40 "$dir/pytest.txt"

@@ -98,6 +98,20 @@ class _Driver:
         return bytes(handle), base.value, size.value, format_uuid(bytes(uuid))
 
 
+def device_uuid(ordinal):
+    """The "GPU-..." UUID of CUDA device `ordinal` (this process's numbering, as torch's) from
+    the driver, without a context or an allocation: what GetServerInfoResponse.device_uuid
+    must equal for a CudaRegion on that device. Raises FailedPrecondition (no libcuda.so.1) or
+    InvalidArgument (a CUresult error, e.g. CUDA_ERROR_INVALID_DEVICE)."""
+    lib = _Driver.lib()
+    dev = ctypes.c_int()
+    _Driver._check(lib, lib.cuDeviceGet(ctypes.byref(dev), int(ordinal)), "cuDeviceGet")
+    raw = (ctypes.c_ubyte * 16)()
+    get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
+    _Driver._check(lib, get_uuid(ctypes.byref(raw), dev), "cuDeviceGetUuid")
+    return format_uuid(bytes(raw))
+
+
 def format_uuid(raw):
     """16 UUID bytes → "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (as nvidia-smi -L prints it,
     and the server's GetServerInfoResponse.device_uuid)."""

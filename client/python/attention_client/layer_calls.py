@@ -15,11 +15,17 @@ Otherwise (padding tokens left out, rows not sent, big prefills split along the 
 tokens each call sends are picked on the device with one index_select per q/k/v (the
 flattened (B·T) token indices from :func:`plan_chunks`), and each o is put back with one
 index_copy_ into a zero (B·T, N, H) tensor on q's device.
+Through a CUDA IPC region (a RegionTransport: attach(..., transport_region="cuda"/"auto")):
+the same calls, but q/k/v are written straight into the region's views on the current stream
+(one copy_ or index_select(out=) per tensor, device to device), the messages carry slices
+only, and o is cloned out of the region on the device; nothing crosses the host.
 """
 import dataclasses
 import time
 
-from .errors import AttentionError
+from ._pb import attention_pb2 as pb
+from .errors import AttentionError, NotFound
+from .region_transport import region_bytes
 
 
 @dataclasses.dataclass
@@ -75,6 +81,49 @@ def plan_chunks(B, T, present, select, per_token, max_call_bytes):
     return rows, chunks
 
 
+def _fp8_first_step(steps):
+    """True when a step is an FP8 sequence's first on its layer (position 0): the server takes
+    the layer's scales from those k/v on the host, so such a call goes as bytes, never through
+    a CUDA IPC region (sequence.proto RegionSlice)."""
+    return any(pos == 0 and seq.info.kv_cache_dtype == pb.FLOAT8_E4M3 for seq, pos, _ in steps)
+
+
+class _Inputs:
+    """One layer step's q, k, v (B, T, heads, H) and what one call sends of them."""
+
+    def __init__(self, q, k, v):
+        self.src = (q, k, v)
+        self._flat = None
+
+    def flat(self):
+        """q, k, v made contiguous and viewed as (B·T, heads, H) (computed once)."""
+        if self._flat is None:
+            self._flat = [x.contiguous().reshape(x.shape[0] * x.shape[1], x.shape[2],
+                                                 x.shape[3]) for x in self.src]
+        return self._flat
+
+    def gather(self, it, region, transport, n, dims):
+        """(q, k, v) of one call of n tokens: it, the flattened (B·T) indices of its tokens
+        (None: all). Without a region: tensors (index_select on q's device). With one: written
+        into the region's views (one copy_ or index_select(out=) each, current stream) and
+        those views returned (extend_packed then copies nothing), after the stream waited on
+        the server's event (its last access to the region, the previous call's)."""
+        import torch
+        if region is None:
+            flat = self.flat()
+            return flat if it is None else [x.index_select(0, it) for x in flat]
+        views = transport.views(region, n, *dims, self.src[0].dtype)
+        torch.cuda.current_stream(region.device).wait_event(region.server_event)
+        out = [views[name] for name in "qkv"]
+        if it is None:
+            for dst, x in zip(out, self.src):
+                dst.view(x.shape).copy_(x)
+        else:
+            for dst, x in zip(out, self.flat()):
+                torch.index_select(x, 0, it, out=dst)
+        return out
+
+
 def _merge_server(server, report):
     for name, us in report.times_us.items():
         server[name] = max(server.get(name, 0), us)
@@ -87,15 +136,19 @@ class LayerCalls:
     attention_client.AttentionClient; timeout: per-call deadline in seconds (None: the
     client's default); max_call_bytes: q+k+v bytes above which one layer's step is split into
     several ExtendBatch calls along the tokens (keep it under the server's
-    --max-message-bytes, default 256 MiB).
+    --max-message-bytes, default 256 MiB; the same splitting bounds a CUDA IPC region's
+    size); transport: None (q/k/v/o as bytes in the messages) or a
+    :class:`~attention_client.region_transport.RegionTransport` (through a CUDA IPC region
+    where it can; its counters say how many calls did).
     Attributes: timings: list of CallTiming, one per extend_layer call, appended while
     ``record`` is True (off by default; the benchmark turns it on); rpcs: ExtendBatch calls
     sent so far.
     """
 
-    def __init__(self, client, *, timeout=None, max_call_bytes=128 << 20):
+    def __init__(self, client, *, timeout=None, max_call_bytes=128 << 20, transport=None):
         import torch  # noqa: F401  (the integration needs torch; fail here with its message)
         self.client = client
+        self.transport = transport
         self.timeout = timeout
         self.max_call_bytes = int(max_call_bytes)
         self.record = False
@@ -124,20 +177,31 @@ class LayerCalls:
         A request larger than max_call_bytes (a big prefill) is split along the tokens into
         several ExtendBatch calls, each carrying the next chunk of every row (same result:
         chunk j attends over everything appended before it).
+        With a transport (RegionTransport) whose region the call can use, q/k/v are written
+        into the CUDA IPC region on the current stream (one copy or index_select each, no
+        host copy) and o is cloned out of it; the region grows to the largest call. A region
+        call that raised ends the lease (closing waits until the server is done with it); one
+        refused as a whole with NOT_FOUND (the server no longer knows the region) is sent
+        once more through a new lease.
         Returns (o, failures): o (B, T, N, H) of q's dtype and device, zeros where nothing
         was sent; failures: {row: AttentionError} for steps the server refused (their
         output rows are zeros; later chunks of such a row are not sent). Raises
-        AttentionError for request-level failures.
+        AttentionError for request-level failures (the same on both transports), and
+        FailedPrecondition when the transport is "cuda" and cannot be used here.
         """
         import torch
         t0 = time.perf_counter()
         B, T = q.shape[0], q.shape[1]
-        per_token = (q.shape[2] + 2 * k.shape[2]) * q.shape[3] * q.element_size()
+        dims = (int(q.shape[2]), int(k.shape[2]), int(q.shape[3]))
+        per_token = (dims[0] + 2 * dims[1]) * dims[2] * q.element_size()
         rows, chunks = plan_chunks(B, T, [s is not None for s in seqs], select, per_token,
                                    self.max_call_bytes)
-        flat = [x.contiguous().reshape(B * T, x.shape[2], x.shape[3]) for x in (q, k, v)]
         whole = len(chunks) == 1 and len(rows) == B and all(len(i) == T for _, i in rows)
-        out = None if whole else torch.zeros_like(flat[0])
+        tr = self.transport
+        if tr is not None and tr.check(q.device) is not None:
+            tr = None  # "auto" fell back to bytes for this device (and said so)
+        src = _Inputs(q, k, v)
+        out = None if whole else q.new_zeros((B * T,) + tuple(q.shape[2:]))
         failures, server, phases = {}, {}, {}
         convert, call = time.perf_counter() - t0, 0.0
         for chunk in chunks:
@@ -146,16 +210,32 @@ class LayerCalls:
             if not chunk:
                 continue
             steps = [(seqs[b], int(positions[b]) + j0, len(toks)) for b, j0, toks in chunk]
-            if whole:
-                qs, ks, vs = flat
-            else:
-                it = torch.tensor([b * T + t for b, _, toks in chunk for t in toks],
-                                  dtype=torch.long, device=q.device)
-                qs, ks, vs = (x.index_select(0, it) for x in flat)
+            n = sum(len(toks) for _, _, toks in chunk)
+            it = None if whole else torch.tensor(
+                [b * T + t for b, _, toks in chunk for t in toks], dtype=torch.long,
+                device=q.device)
+            region = need = None
+            if tr is not None and not _fp8_first_step(steps):
+                need = region_bytes(n, *dims, q.element_size())
+                region = tr.region_for(q.device, need)
+            qkv = src.gather(it, region, tr, n, dims)
             t2 = time.perf_counter()
-            self.rpcs += 1
-            r = self.client.extend_packed(layer, steps, qs, ks, vs, timeout=self.timeout,
-                                          timings=phases)
+            for attempt in range(2):
+                try:
+                    r = self._packed(layer, steps, qkv, region, phases)
+                    break
+                except Exception as e:
+                    if region is None:
+                        raise
+                    # After a timeout the server may still use the region: closing the lease
+                    # waits until it closed its mapping; the next call leases a new one.
+                    tr.drop()
+                    if attempt or not isinstance(e, NotFound):
+                        raise
+                # NOT_FOUND as a whole: the server does not know the region (restarted, lease
+                # ended) and ran nothing; send the call once more through a new lease
+                region = tr.region_for(q.device, need)
+                qkv = src.gather(it, region, tr, n, dims)
             t3 = time.perf_counter()
             for (b, _, _), res in zip(chunk, r.steps):
                 if isinstance(res, AttentionError):
@@ -170,7 +250,7 @@ class LayerCalls:
             call += t3 - t2
         t4 = time.perf_counter()
         if out is None:  # every row refused in the one whole call: nothing came back
-            out = torch.zeros_like(flat[0])
+            out = q.new_zeros((B * T,) + tuple(q.shape[2:]))
         if failures and whole:
             for b in failures:
                 out[b * T:(b + 1) * T].zero_()
@@ -182,3 +262,13 @@ class LayerCalls:
                 convert_us=convert * 1e6, call_us=call * 1e6, server=server, rows=len(rows),
                 tokens=sum(len(i) for _, i in rows), client=phases))
         return out.reshape(q.shape), failures
+
+    def _packed(self, layer, steps, qkv, region, phases):
+        """One ExtendBatch (through `region` when not None) → PackedResult; counts it."""
+        self.rpcs += 1
+        if region is not None:
+            self.transport.calls += 1
+        elif self.transport is not None:
+            self.transport.byte_calls += 1
+        return self.client.extend_packed(layer, steps, *qkv, region=region,
+                                         timeout=self.timeout, timings=phases)

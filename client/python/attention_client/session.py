@@ -22,6 +22,7 @@ import dataclasses
 
 from .errors import AttentionError, NotFound
 from .layer_calls import LayerCalls
+from .region_transport import RegionTransport
 
 
 class SequenceLost(NotFound):
@@ -54,9 +55,15 @@ class _Row:
 
 @dataclasses.dataclass
 class SessionStats:
-    """Counters since the session was made: extend_calls (ExtendBatch calls), extend_steps
-    (row × layer steps the server accepted), tokens (query tokens it accepted), created and
-    released sequences, recoveries (rows rebuilt), rollbacks (steps undone)."""
+    """Counters since the session was made: extend_calls (layer calls, one per layer per
+    forward pass; LayerCalls.rpcs counts the ExtendBatch calls, more where a big step was
+    split), extend_steps (row × layer steps the server accepted),
+    tokens (query tokens it accepted), created and released sequences, recoveries (rows
+    rebuilt), rollbacks (steps undone). With transport_region set: region_calls (ExtendBatch
+    calls whose q/k/v/o went through the CUDA IPC region), byte_calls (ExtendBatch calls sent
+    as bytes all the same: "auto" fell back, or an FP8 layer's first step), region_leases
+    (regions leased: the first, each growth, each replacement of a lost one),
+    transport_fallback (None, or why "auto" sends bytes; also warned once)."""
     extend_calls: int = 0
     extend_steps: int = 0
     tokens: int = 0
@@ -64,27 +71,38 @@ class SessionStats:
     released: int = 0
     recoveries: int = 0
     rollbacks: int = 0
+    region_calls: int = 0
+    byte_calls: int = 0
+    region_leases: int = 0
+    transport_fallback: str = None
 
 
 class ServerSession:
     """Sequences on one attention-server for the rows of a batch.
 
     ServerSession(client, *, recovery="reprefill", kv_cache_dtype=None, reserve_tokens=0,
-                  timeout=None, max_recoveries=3)
+                  timeout=None, max_recoveries=3, max_call_bytes=128 MiB,
+                  transport_region=None)
     client: AttentionClient. recovery: "reprefill" (re-create a lost sequence and re-prefill
     it from the row's tokens) or "raise" (raise SequenceLost). kv_cache_dtype: the sequences'
     page dtype (None: their dtype; "float8_e4m3"). reserve_tokens: tokens per layer reserved
     at creation. timeout: per-call deadline in seconds. max_recoveries: rebuild attempts per
     step before SequenceLost. max_call_bytes: see LayerCalls (a bigger layer step is split
-    into several ExtendBatch calls along the tokens).
+    into several ExtendBatch calls along the tokens). transport_region: None (bytes in the
+    messages), "cuda" or "auto" (a CUDA IPC region: region_transport.RegionTransport), kept
+    until close().
     """
 
     def __init__(self, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_tokens=0,
-                 timeout=None, max_recoveries=3, max_call_bytes=128 << 20):
+                 timeout=None, max_recoveries=3, max_call_bytes=128 << 20,
+                 transport_region=None):
         if recovery not in ("reprefill", "raise"):
             raise ValueError(f"recovery must be 'reprefill' or 'raise'; got {recovery!r}")
+        transport = None if transport_region in (None, "none") else \
+            RegionTransport(client, transport_region)
         self.client = client
-        self.calls = LayerCalls(client, timeout=timeout, max_call_bytes=max_call_bytes)
+        self.calls = LayerCalls(client, timeout=timeout, max_call_bytes=max_call_bytes,
+                                transport=transport)
         self.recovery = recovery
         self.kv_cache_dtype = kv_cache_dtype
         self.reserve_tokens = int(reserve_tokens)
@@ -119,6 +137,36 @@ class ServerSession:
                     pass
                 row.seq = None
         self.rows = []
+
+    def close(self):
+        """release(), then end the CUDA IPC region's lease (transport_region; waits until the
+        server closed its mapping). Idempotent; a later layer call leases again."""
+        try:
+            self.release()
+        finally:
+            t = self.calls.transport
+            if t is not None:
+                t.close()
+                self._transport_stats()
+
+    def check_transport(self, device):
+        """With transport_region set: whether layer calls from tensors on `device` can use the
+        CUDA IPC region → None, or the reason they go as bytes ("auto": warned once, in
+        stats.transport_fallback). Raises FailedPrecondition ("cuda" mode) or GetServerInfo's
+        errors. Without: None."""
+        t = self.calls.transport
+        if t is None:
+            return None
+        try:
+            return t.check(device)
+        finally:
+            self._transport_stats()
+
+    def _transport_stats(self):
+        t = self.calls.transport
+        st = self.stats
+        st.region_calls, st.byte_calls, st.region_leases = t.calls, t.byte_calls, t.leases
+        st.transport_fallback = t.fallback
 
     def sequence_ids(self):
         """The server sequence id of each row (None where not created yet)."""
@@ -198,7 +246,9 @@ class ServerSession:
         """One layer's step: q (B, T, N, H), k/v (B, T, K, H) torch tensors (batch index i is
         row route[i]); scale: the softmax scale (None: 1/sqrt(H)). Returns o (B, T, N, H) of
         q's dtype and device (zeros at tokens not sent). Raises RowsLost on NOT_FOUND steps,
-        the step's AttentionError for any other refused step."""
+        the step's AttentionError for any other refused step, request-level AttentionErrors
+        as they are: the same on the bytes path and through a CUDA IPC region (plus, with
+        transport_region="cuda", FailedPrecondition when the region cannot be used)."""
         if not 0 <= layer < self.num_layers:
             raise AttentionError(f"layer index {layer} outside [0, {self.num_layers})")
         B, T = q.shape[0], q.shape[1]
@@ -210,9 +260,13 @@ class ServerSession:
                 None if scale is None else float(scale))
         self._ensure(route, spec)
         rows = [self.rows[r] for r in route]
-        o, failures = self.calls.extend_layer(
-            layer, [r.seq for r in rows], [r.lens[layer] for r in rows], q, k, v,
-            self.select)
+        try:
+            o, failures = self.calls.extend_layer(
+                layer, [r.seq for r in rows], [r.lens[layer] for r in rows], q, k, v,
+                self.select)
+        finally:
+            if self.calls.transport is not None:
+                self._transport_stats()
         self.stats.extend_calls += 1
         self.layer_calls_this_step += 1
         for i, r in enumerate(rows):

@@ -15,6 +15,10 @@ attached, each forward pass of the model:
   - sends one packed ExtendBatch per layer carrying every row of the batch in one q, one k
     and one v tensor (one server sequence per row, created at the conversation's first
     forward, released when ``generate`` returns, at the next conversation, or at detach);
+  - with ``attach(..., transport_region="cuda")`` (or ``"auto"``, when the server is on the
+    model's GPU), sends q/k/v and gets o through one CUDA IPC region leased from the model's
+    GPU memory (:mod:`~attention_client.region_transport`): the messages carry slices only
+    and nothing crosses the host; outputs and errors are those of the bytes path;
   - sends only the real tokens of each row: tokens whose 2-D ``attention_mask`` is 0 (left
     padding) never enter the server's sequence, so a padded row attends exactly as it would
     alone; Extend positions are the session's per-row lengths;
@@ -195,8 +199,8 @@ class AttachedModel:
         self.detach()
 
     def detach(self):
-        """Restores the model's forward, generate and attention implementation and releases
-        the sequences. Idempotent."""
+        """Restores the model's forward, generate and attention implementation, releases the
+        sequences and ends the CUDA IPC region's lease (transport_region). Idempotent."""
         if not self._attached:
             return
         self._attached = False
@@ -205,7 +209,7 @@ class AttachedModel:
         try:
             self.model.set_attn_implementation(self._prev_impl)
         finally:
-            self.session.release()
+            self.session.close()
 
     # -- model hooks -----------------------------------------------------------------------
     def _generate(self, *args, **kwargs):
@@ -379,7 +383,7 @@ class AttachedModel:
 
 def attach(model, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_tokens=0,
            timeout=None, release_after_generate=True, max_recoveries=3,
-           max_call_bytes=128 << 20):
+           max_call_bytes=128 << 20, transport_region=None):
     """Run `model` (a transformers causal LM, eval mode) with its attention on the server.
 
     client: attention_client.AttentionClient. recovery: "reprefill" (default) or "raise" when
@@ -391,21 +395,41 @@ def attach(model, client, *, recovery="reprefill", kv_cache_dtype=None, reserve_
     detach). max_recoveries: rebuild attempts per step. max_call_bytes: q+k+v bytes above
     which one layer's step (a big prefill) is split into several ExtendBatch calls along the
     tokens; keep it under the server's --max-message-bytes.
+    transport_region: how q/k/v (B, T, heads, H) and o (B, T, N, H), the model's dtype, travel:
+      None (default): as bytes in the messages (one device→host copy of q/k/v, one
+        host→device copy of o per call);
+      "cuda": through one CUDA IPC region (CudaRegion) of the model's GPU, leased at the first
+        layer call, re-leased larger when a call does not fit (the old lease closed first),
+        kept across generate calls and closed at detach. Needs the model on the server's GPU
+        (GetServerInfo.device_uuid), a server whose GetServerInfo.cuda_ipc_regions is true,
+        torch with CUDA and libcuda, and both processes allowed to share device memory
+        (README "CUDA IPC regions"); else FailedPrecondition here (checked with one
+        GetServerInfo) or the lease's error at the first layer call;
+      "auto": "cuda" when those hold and the lease succeeds, else bytes, saying so with a
+        RuntimeWarning (once per reason) and session.stats.transport_fallback.
+      Either way a layer's first step of an FP8 sequence goes as bytes (its scales come from
+      those k/v); session.stats counts region_calls, byte_calls and region_leases.
     Returns an :class:`AttachedModel` (context manager: detaches on exit).
-    Raises UnsupportedModel when the model's attention cannot run on the server.
+    Raises UnsupportedModel when the model's attention cannot run on the server; ValueError
+    for an unknown transport_region; FailedPrecondition (transport_region="cuda", see above)
+    and GetServerInfo's errors (a transport_region given) before the model is changed.
     """
     check_supported(model)
     if getattr(model, "training", False):
         raise UnsupportedModel("the model is in training mode: call model.eval() first")
+    session = ServerSession(client, recovery=recovery, kv_cache_dtype=kv_cache_dtype,
+                            reserve_tokens=reserve_tokens, timeout=timeout,
+                            max_recoveries=max_recoveries, max_call_bytes=max_call_bytes,
+                            transport_region=transport_region)
+    param = next(model.parameters(), None)
+    if param is not None:
+        session.check_transport(param.device)
     prev = model.config._attn_implementation
     if prev != IMPLEMENTATION:
         model.set_attn_implementation(IMPLEMENTATION)
     if model.config._attn_implementation != IMPLEMENTATION:
         raise UnsupportedModel(f"{type(model).__name__} does not dispatch its attention through "
                                "AttentionInterface (set_attn_implementation had no effect)")
-    session = ServerSession(client, recovery=recovery, kv_cache_dtype=kv_cache_dtype,
-                            reserve_tokens=reserve_tokens, timeout=timeout,
-                            max_recoveries=max_recoveries, max_call_bytes=max_call_bytes)
     am = AttachedModel(model, session, release_after_generate=release_after_generate)
     am._prev_impl = prev
     return am
