@@ -192,8 +192,11 @@ class CudaRegion:
         total_tokens rows → dict "q", "k", "v", "o" (append_only: "k", "v") of CUDA tensors
         (total_tokens, heads, head_dim) of `dtype` (a torch dtype, or "float32", "float16",
         "bfloat16"). Write inputs there to skip
-        the copy; o holds the last batch's output (read it after the server's event: extend_
-        packed's o already is). Raises InvalidArgument when the region is too small."""
+        the copy, but only after the writing stream waited on the server's event
+        (``torch.cuda.current_stream().wait_event(region.server_event)``): until then the
+        server may still be reading the previous batch's q/k/v or writing its o there. o holds
+        the last batch's output (read it after the same wait: extend_packed's o already is).
+        Raises InvalidArgument when the region is too small."""
         torch = _torch()
         if isinstance(dtype, str):
             dtype = {"float32": torch.float32, "float16": torch.float16,
