@@ -254,6 +254,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
   sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);
+  sequence_service.SetWorkBounds({config.max_cpu_score_pairs, config.max_gpu_flops});
   AddKvFacts(*kv, attn::startup::InstallCudaIpc(*built, *kv, &shm_regions), built);
 
   std::unique_ptr<grpc::Server> server;

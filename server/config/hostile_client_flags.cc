@@ -9,14 +9,16 @@ namespace attn {
 
 void AddHostileClientFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--max-cpu-score-pairs", c->max_cpu_score_pairs,
-                 "cpu backend: query-key pairs one Attend call may score (Σ T·S·N, halved when "
-                 "causal); more: RESOURCE_EXHAUSTED (0: unlimited)")
+                 "cpu backend and paged-cpu KV cache: query-key pairs one Attend call (Σ T·S·N, "
+                 "halved when causal) or one sequence call (all its steps) may score; more: "
+                 "RESOURCE_EXHAUSTED (0: unlimited)")
       ->check(InRange(0.0, 1e18))
       // The default in full (1073741824), not capture_default_str's 1.07374e+09.
       ->default_str(cli_range_internal::Show(c->max_cpu_score_pairs));
   app.add_option("--max-gpu-flops", c->max_gpu_flops,
-                 "GPU backends: FLOPs one Attend call may cost (4·Σ T·S·N·H, halved when "
-                 "causal); more: RESOURCE_EXHAUSTED (0: unlimited)")
+                 "GPU backends and paged-gpu KV cache: FLOPs one Attend call (4·Σ T·S·N·H, "
+                 "halved when causal) or one sequence call may cost; more: RESOURCE_EXHAUSTED "
+                 "(0: unlimited)")
       ->check(InRange(0.0, 1e21))
       ->default_str(cli_range_internal::Show(c->max_gpu_flops));
   // The default scales with the process's memory (config/memory_limit.h says why).

@@ -10,6 +10,7 @@
 // (ExtendArgs::device) that the GPU paged backend copies device to device after waiting on the
 // client's event; rows of failed steps are zeroed on the device, and once the last step is
 // recorded the server's event is recorded (and waited for) before the call is answered.
+#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -138,6 +139,16 @@ void SequenceServiceImpl::RunPackedBatch(grpc::CallbackServerContext *context,
       });
   if (!batch.ok()) {
     done(batch.status());
+    return;
+  }
+  double pairs = 0;
+  int64_t head_dim = 0;
+  for (const ExtendArgs &a : batch->steps) {
+    pairs += StepScorePairs(a);
+    head_dim = std::max(head_dim, a.q_shape[2]);
+  }
+  if (Status w = CheckWork(pairs, head_dim); !w.ok()) {
+    done(w);  // the packed batch as one piece: nothing queued, no step applied
     return;
   }
   call->batch = std::move(*batch);

@@ -249,6 +249,10 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
     finish(args.status());
     return reactor;
   }
+  if (Status w = CheckWork(StepScorePairs(*args), args->q_shape[2]); !w.ok()) {
+    finish(w);
+    return reactor;
+  }
   std::vector<StepRequest> steps;
   steps.push_back(NewStep(context, owner, std::move(*args)));
   steps[0].done = [this, finish, response, received = steps[0].received](StepResult &&r) {
@@ -320,6 +324,8 @@ void SequenceServiceImpl::RunStepBatch(grpc::CallbackServerContext *context,
   for (int i = 0; i < request->steps_size(); ++i) response->add_results();
   auto pending = std::make_shared<Pending>();
   std::vector<StepRequest> steps;
+  double pairs = 0;
+  int64_t head_dim = 0;
   for (int i = 0; i < request->steps_size(); ++i) {
     pb::ExtendResult *result = response->mutable_results(i);
     auto args = ValidateExtend(request->steps(i));
@@ -328,6 +334,8 @@ void SequenceServiceImpl::RunStepBatch(grpc::CallbackServerContext *context,
       pending->any_result = true;
       continue;
     }
+    pairs += StepScorePairs(*args);
+    head_dim = std::max(head_dim, args->q_shape[2]);
     StepRequest r = NewStep(context, owner, std::move(*args));
     r.done = [this, pending, result, finish, set_error, received = r.received](StepResult &&step) {
       const Status &s = step.status;
@@ -355,6 +363,10 @@ void SequenceServiceImpl::RunStepBatch(grpc::CallbackServerContext *context,
   }
   if (steps.empty()) {
     finish(Status::Ok());
+    return;
+  }
+  if (Status w = CheckWork(pairs, head_dim); !w.ok()) {
+    finish(w);  // the call as a whole: nothing queued, no step applied
     return;
   }
   pending->left.store(static_cast<int>(steps.size()));

@@ -50,6 +50,7 @@
 #include "common/worker_pool.h"
 #include "shm/region_registry.h"
 #include "validation/packed_batch_validator.h"
+#include "validation/work_bound.h"
 
 namespace attn {
 
@@ -125,6 +126,9 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// --max-batches-in-flight); a request counts from its read until its response is written.
   /// Set before serving.
   void SetMaxBatchesInFlight(int n) { max_batches_in_flight_ = n < 1 ? 1 : n; }
+  /// Work bound of one sequence call (all its steps; validation/work_bound.h): over it,
+  /// RESOURCE_EXHAUSTED before anything is queued. Default: unlimited. Set before serving.
+  void SetWorkBounds(const WorkBounds &bounds) { work_bounds_ = bounds; }
   /// Authentication and request limits every call passes first (not owned;
   /// default: security::OpenGate()). Set before serving.
   void SetCallGate(const security::CallGate *gate) { gate_ = gate; }
@@ -230,6 +234,11 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
   int max_batches_in_flight_ = 4;
+  WorkBounds work_bounds_;
+  /// CheckStepsWorkBound for `pairs` query-key pairs of head dim `head_dim` on this backend.
+  Status CheckWork(double pairs, int64_t head_dim) const {
+    return CheckStepsWorkBound(pairs, head_dim, backend_->device() == "cpu", work_bounds_);
+  }
   // Open ExtendStreams and ExtendBatchStreams (registered after admission, removed in OnDone),
   // for EndStreams and RevokeIdentities.
   std::mutex streams_mu_;

@@ -102,6 +102,11 @@ class SequenceServiceImpl::StreamReactor
       Write();
       return;
     }
+    if (Status w = service_->CheckWork(StepScorePairs(*args), args->q_shape[2]); !w.ok()) {
+      SetResult(w);
+      Write();
+      return;
+    }
     std::vector<StepRequest> steps;
     steps.push_back(NewStep(context_, owner_, std::move(*args)));
     steps[0].done = [this, received = steps[0].received](StepResult &&r) {

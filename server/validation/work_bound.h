@@ -1,4 +1,4 @@
-// The work bound of one Attend call (issue 16 item 1): a request's estimated cost on the
+// The work bound of one Attend call or sequence call (issue 16 item 1): a request's estimated cost on the
 // backend it resolved to, against a per-backend-kind bound, so that no single call can hold
 // a worker for minutes. The cpu reference is bounded in query-key pairs scored (its time is
 // about pairs × (H + a few exp/loads); 2^30 pairs is ~10 s of one core at H = 1), the GPU
@@ -9,12 +9,15 @@
 // Pure function; thread-safe.
 #pragma once
 
+#include <cstdint>
+
 #include "attn/common/status.h"
+#include "kv_cache/extend_args.h"
 #include "validation/attend_validator.h"
 
 namespace attn {
 
-/// Bounds per Attend call; 0 = unlimited.
+/// Bounds per Attend call and per sequence call (all its steps); 0 = unlimited.
 struct WorkBounds {
   double max_cpu_score_pairs = 0;  ///< --max-cpu-score-pairs
   double max_gpu_flops = 0;        ///< --max-gpu-flops
@@ -23,5 +26,17 @@ struct WorkBounds {
 /// Ok when `v` fits the bound of its backend kind (`on_cpu`: the cpu reference, else a GPU
 /// backend). Errors: RESOURCE_EXHAUSTED naming the estimate, the bound and its flag.
 Status CheckWorkBound(const ValidatedAttend& v, bool on_cpu, const WorkBounds& bounds);
+
+/// Query-key pairs one sequence step scores: it attends its T query tokens bottom-right causal
+/// over the layer's `position` + T keys, so N · Σ_{i<T} (position + i + 1) = N · T · (position +
+/// (T + 1) / 2); 0 for an append-only step. `position` is the request's (a step whose position
+/// is not the layer's length fails anyway, so the request bounds the real cost).
+double StepScorePairs(const ExtendArgs& a);
+
+/// The work bound of one Extend, ExtendBatch (per-step or packed, all its steps together) or
+/// stream message: `pairs` (Σ StepScorePairs) scored on the paged-cpu backend (`on_cpu`)
+/// against --max-cpu-score-pairs, else 4 · pairs · `head_dim` FLOPs against --max-gpu-flops.
+/// Errors: RESOURCE_EXHAUSTED naming the estimate, the bound and its flag (nothing queued).
+Status CheckStepsWorkBound(double pairs, int64_t head_dim, bool on_cpu, const WorkBounds& bounds);
 
 }  // namespace attn

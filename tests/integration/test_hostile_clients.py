@@ -1,7 +1,8 @@
 """Hostile and careless clients (issue 16 items 1, 7, 8, 11) against the real server binary on
 loopback, each bounded in time:
 
-1. Work per call: the issue's repro (q = k = v of shape (1, 60000, 1, 1), float32, cpu) gets
+1. Work per call: a sequence call over the bound (Extend, ExtendBatch in both forms,
+   ExtendStream) is refused the same way before anything is appended; the issue's repro (q = k = v of shape (1, 60000, 1, 1), float32, cpu) gets
    RESOURCE_EXHAUSTED naming --max-cpu-score-pairs; with the bound off, two such calls
    abandoned by their client (1 s deadline) stop computing, so a tiny call from another client
    is answered right after their deadline instead of after their ~40 s of work.
@@ -59,6 +60,45 @@ def test_over_budget_cpu_call_is_refused_naming_the_flag():
             assert "--max-cpu-score-pairs" in e.details(), e.details()
         assert time.time() - t0 < 5, "refused only after computing"
         stub.Attend(tiny_request(), timeout=10)
+
+
+def test_over_budget_sequence_calls_are_refused_before_anything_is_applied():
+    """A prefill too large for the paged-cpu KV cache (Extend, per-step and packed ExtendBatch,
+    ExtendStream) gets RESOURCE_EXHAUSTED naming --max-cpu-score-pairs at once, appends
+    nothing, and a step of normal size on the same sequence still runs."""
+    from attention_client import AttentionClient
+    from attention_client.errors import ResourceExhausted
+    with ServerProc("--threads", "2", "--max-cpu-score-pairs", "100000") as server, \
+            AttentionClient(server.target) as client:
+        seq = client.create_sequence(1, 4, 2, 16, dtype="float32")
+        rng = np.random.default_rng(1)
+        T = 400  # 4 heads x 400 x 200.5 = 320,800 pairs > 10^5
+        q = rng.standard_normal((T, 4, 16)).astype(np.float32)
+        kv = rng.standard_normal((T, 2, 16)).astype(np.float32)
+        calls = {
+            "Extend": lambda: seq.extend(0, 0, q, kv, kv, timeout=30),
+            "ExtendBatch": lambda: client.extend_batch([(seq, 0, 0, q, kv, kv)], timeout=30),
+            "packed": lambda: client.extend_packed(0, [(seq, 0, T)], q, kv, kv, timeout=30),
+            "ExtendStream": lambda: stream.extend(seq, 0, 0, q, kv, kv),
+        }
+        stream = client.extend_stream(timeout=60)
+        for name, call in calls.items():
+            t0 = time.time()
+            try:
+                r = call()
+                raise AssertionError(f"{name}: the over-budget prefill was computed: {r}")
+            except ResourceExhausted as e:
+                assert "--max-cpu-score-pairs" in str(e), (name, str(e))
+            except grpc.RpcError as e:  # a stream may surface the status directly
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (name, e)
+            assert time.time() - t0 < 5, f"{name}: refused only after computing"
+            assert seq.refresh().layer_lengths[0] == 0, f"{name} appended k/v"
+        # The stream goes on after its refused step; 64 tokens (4 x 64 x 32.5 = 8,320 pairs)
+        # pass, and the sequence grows by them.
+        r = stream.extend(seq, 0, 0, q[:64], kv[:64], kv[:64])
+        assert r.length == 64, r.length
+        stream.close()
+        assert seq.refresh().layer_lengths[0] == 64
 
 
 def test_abandoned_cpu_calls_stop_and_do_not_delay_other_clients():

@@ -91,5 +91,50 @@ TEST(WorkBound, WindowCapsThePairsCounted) {
   EXPECT_TRUE(CheckWorkBound(*v, true, Defaults()).ok());
 }
 
+ExtendArgs Step(int64_t position, int64_t t, int64_t n, int64_t h) {
+  ExtendArgs a;
+  a.position = position;
+  a.q_shape = {t, n, h};
+  a.k_shape = a.v_shape = {t, 1, h};
+  return a;
+}
+
+TEST(WorkBound, SequenceStepPairsCountTheCausalTriangleOverThePrefix) {
+  // Query token i of a step at `position` sees position + i + 1 keys.
+  EXPECT_DOUBLE_EQ(StepScorePairs(Step(0, 4, 2, 8)), 2.0 * (1 + 2 + 3 + 4));
+  EXPECT_DOUBLE_EQ(StepScorePairs(Step(100, 1, 32, 128)), 32.0 * 101);
+  EXPECT_DOUBLE_EQ(StepScorePairs(Step(10, 3, 1, 8)), 11.0 + 12 + 13);
+  ExtendArgs append = Step(0, 4096, 0, 128);
+  append.append_only = true;
+  EXPECT_DOUBLE_EQ(StepScorePairs(append), 0.0) << "an append-only step attends nothing";
+}
+
+TEST(WorkBound, OverLargeSequenceCallIsRefusedOnPagedCpuNamingTheFlag) {
+  // The review's repro: a 200000-token prefill of N = 4 heads in one Extend (4·10^10 pairs).
+  const double huge = StepScorePairs(Step(0, 200000, 4, 16));
+  const Status s = CheckStepsWorkBound(huge, 16, /*on_cpu=*/true, Defaults());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max-cpu-score-pairs"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckStepsWorkBound(huge, 16, true, {0, 0}).ok()) << "0 means unlimited";
+  // What frontends send on purpose passes: a 4096-token prefill of 32 heads (2.7e8 pairs), and
+  // 64 decode steps at 4k context.
+  EXPECT_TRUE(CheckStepsWorkBound(StepScorePairs(Step(0, 4096, 32, 128)), 128, true,
+                                  Defaults()).ok());
+  EXPECT_TRUE(CheckStepsWorkBound(64 * StepScorePairs(Step(4096, 1, 32, 128)), 128, true,
+                                  Defaults()).ok());
+}
+
+TEST(WorkBound, SequenceCallOnPagedGpuIsBoundedInFlops) {
+  // A 32k-token prefill of 64 heads of dim 128 (4·128·pairs = 3.5e13 FLOPs) passes; half the
+  // bound refuses it naming --max-gpu-flops.
+  const double pairs = StepScorePairs(Step(0, 32768, 64, 128));
+  EXPECT_TRUE(CheckStepsWorkBound(pairs, 128, /*on_cpu=*/false, Defaults()).ok());
+  WorkBounds tight = Defaults();
+  tight.max_gpu_flops = 4.0 * pairs * 128 / 2;
+  const Status s = CheckStepsWorkBound(pairs, 128, false, tight);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max-gpu-flops"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace attn
