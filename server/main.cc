@@ -248,8 +248,7 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.name = "sequence step";
   // Decode-sized work (at most 16 query tokens in all: a few decode or speculative steps) that
   // finds the step batcher idle runs on the gRPC thread that read it, without the hand-off to a
-  // batch thread (batch_scheduler.h); bigger work and work that arrives while batches run is
-  // queued and batched as before.
+  // batch thread (batch_scheduler.h); bigger or later work is queued and batched as before.
   step_batching.inline_max_tokens = 16;
   attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);

@@ -113,7 +113,8 @@ void AddWorkerAndBatchingFlags(CLI::App& app, ServerConfig* c) {
       ->check(InRange(0, 1024))
       ->capture_default_str();
   app.add_option("--max-queue-requests", c->max_queue_requests,
-                 "requests allowed to wait for a worker (more: RESOURCE_EXHAUSTED)")
+                 "calls or steps allowed to wait per queue (workers, Attend batching, sequence "
+                 "steps); more: RESOURCE_EXHAUSTED")
       ->check(InRange(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   app.add_option("--max-batch-tokens", c->max_batch_tokens,
