@@ -10,9 +10,9 @@
 // (ExtendArgs::device) that the GPU paged backend copies device to device after waiting on the
 // client's event; rows of failed steps are zeroed on the device, and once the last step is
 // recorded the server's event is recorded (and waited for) before the call is answered.
-#include <algorithm>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <limits>
