@@ -101,10 +101,39 @@ void ProtobufToSpdlog(google::protobuf::LogLevel level, const char* filename, in
       lvl = spdlog::level::critical;
       break;  // FATAL: protobuf aborts after this
   }
+  // FATAL is always written (protobuf aborts after it); the rest at most 20 lines per 10 s.
+  static LineRateLimit limit(20, std::chrono::seconds(10));
+  int64_t left_out = 0;
+  if (lvl != spdlog::level::critical && !limit.Admit(LineRateLimit::Clock::now(), &left_out)) {
+    return;
+  }
+  if (left_out > 0) {
+    spdlog::log(lvl, "protobuf ({}:{}): {} ({} more libprotobuf messages left out since the last "
+                "one written: at most 20 per 10 s)",
+                filename != nullptr ? filename : "?", line, message, left_out);
+    return;
+  }
   spdlog::log(lvl, "protobuf ({}:{}): {}", filename != nullptr ? filename : "?", line, message);
 }
 
 }  // namespace
+
+bool LineRateLimit::Admit(Clock::time_point now, int64_t* suppressed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_ || now - start_ >= window_) {
+    started_ = true;
+    start_ = now;
+    in_window_ = 0;
+  }
+  if (in_window_ >= max_) {
+    ++refused_;
+    return false;
+  }
+  ++in_window_;
+  *suppressed = refused_;
+  refused_ = 0;
+  return true;
+}
 
 Status ConfigureLogging(const std::string& level, const std::string& format) {
   auto lvl = spdlog::level::from_str(level);

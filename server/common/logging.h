@@ -5,6 +5,9 @@
 
 #include <spdlog/common.h>
 
+#include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "attn/common/status.h"
@@ -19,5 +22,27 @@ const char* SeverityName(spdlog::level::level_enum level);
 /// With "json" each line is {"time":"...Z","severity":"INFO","thread":N,"message":"..."}.
 /// Also routes libprotobuf's own log messages (SetLogHandler) through it.
 Status ConfigureLogging(const std::string& level, const std::string& format);
+
+/// At most `max_lines` lines per fixed `window` (starting at the first line after the previous
+/// window ended). For libprotobuf's own messages, which a client can trigger once per request
+/// (a string field with invalid UTF-8 logs one ERROR line in libprotobuf's parser), so that a
+/// client cannot make the server write a line per request it sends. Thread-safe.
+class LineRateLimit {
+ public:
+  using Clock = std::chrono::steady_clock;
+  LineRateLimit(int64_t max_lines, Clock::duration window) : max_(max_lines), window_(window) {}
+  /// True when a line at `now` may be written; then `*suppressed` is the number of lines refused
+  /// since the last admitted one (0: none), for the admitted line to say so.
+  bool Admit(Clock::time_point now, int64_t* suppressed);
+
+ private:
+  const int64_t max_;
+  const Clock::duration window_;
+  std::mutex mu_;
+  Clock::time_point start_{};
+  int64_t in_window_ = 0;
+  int64_t refused_ = 0;
+  bool started_ = false;
+};
 
 }  // namespace attn

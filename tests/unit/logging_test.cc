@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,23 @@ TEST(Logging, SeverityNamesAreCloudLoggings) {
   EXPECT_STREQ(SeverityName(spdlog::level::warn), "WARNING");
   EXPECT_STREQ(SeverityName(spdlog::level::err), "ERROR");
   EXPECT_STREQ(SeverityName(spdlog::level::critical), "CRITICAL");
+}
+
+TEST(Logging, LineRateLimitAdmitsAtMostMaxPerWindowAndCountsTheRest) {
+  using namespace std::chrono_literals;
+  LineRateLimit limit(2, 10s);
+  const auto t0 = LineRateLimit::Clock::time_point{} + 100s;
+  int64_t left_out = -1;
+  EXPECT_TRUE(limit.Admit(t0, &left_out));
+  EXPECT_EQ(left_out, 0);
+  EXPECT_TRUE(limit.Admit(t0 + 1s, &left_out));
+  EXPECT_EQ(left_out, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limit.Admit(t0 + 2s, &left_out)) << i;
+  EXPECT_FALSE(limit.Admit(t0 + 9s, &left_out)) << "still the first window";
+  EXPECT_TRUE(limit.Admit(t0 + 10s, &left_out)) << "a new window";
+  EXPECT_EQ(left_out, 6) << "the admitted line says how many were left out";
+  EXPECT_TRUE(limit.Admit(t0 + 11s, &left_out));
+  EXPECT_EQ(left_out, 0);
 }
 
 TEST(Logging, JsonLinesCarrySeverityAndMessage) {
