@@ -35,6 +35,19 @@ std::string Signature(const ExtendArgs& a) {
   return std::string(buf, static_cast<size_t>(p - buf));
 }
 
+/// Ok while `it` is wanted; else DEADLINE_EXCEEDED or CANCELLED saying it happened `when`.
+Status StillWantedNow(const BatchItem &it, const char *when) {
+  if (std::chrono::system_clock::now() >= it.deadline()) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  std::string("deadline passed ") + when + "; not applied");
+  }
+  if (it.Cancelled()) {
+    return Status(StatusCode::kCancelled,
+                  std::string("cancelled by the client ") + when + "; not applied");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 class StepBatcher::StepItem final : public BatchItem {
@@ -141,18 +154,13 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
     s.outcome = &it->result.outcome;
     // Checked again once the sequence is locked: with several batch threads this step may
     // have waited there behind another batch's step on the same sequence.
-    s.still_wanted = [it]() -> Status {
-      if (std::chrono::system_clock::now() >= it->deadline()) {
-        return Status(StatusCode::kDeadlineExceeded,
-                      "deadline passed while the step waited for an earlier step of its "
-                      "sequence; not applied");
-      }
-      if (it->Cancelled()) {
-        return Status(StatusCode::kCancelled,
-                      "cancelled by the client while the step waited for an earlier step of "
-                      "its sequence; not applied");
-      }
-      return Status::Ok();
+    s.still_wanted = [it]() {
+      return StillWantedNow(*it, "while the step waited for an earlier step of its sequence");
+    };
+    // Asked from the paged-cpu computation's threads: deadline() and Cancelled() are safe to
+    // call from any thread (a time point set at enqueue; the gRPC context's IsCancelled).
+    s.still_running = [it]() {
+      return StillWantedNow(*it, "while the step's attention was computed (stopped part-way)");
     };
     decode_only = decode_only && it->req.args.q_shape[0] == 1;
   }

@@ -5,7 +5,8 @@ loopback, each bounded in time:
    ExtendStream) is refused the same way before anything is appended; the issue's repro (q = k = v of shape (1, 60000, 1, 1), float32, cpu) gets
    RESOURCE_EXHAUSTED naming --max-cpu-score-pairs; with the bound off, two such calls
    abandoned by their client (1 s deadline) stop computing, so a tiny call from another client
-   is answered right after their deadline instead of after their ~40 s of work.
+   is answered right after their deadline instead of after their ~40 s of work; a paged-cpu
+   prefill abandoned at its deadline stops part-way and is rolled back.
 7. Echoed client text is cut: a 20 KB backend name gets INVALID_ARGUMENT (not the
    RESOURCE_EXHAUSTED that an over-long status text turns into) with a short message.
 8. At the drain timeout, calls that were queued but never started get UNAVAILABLE
@@ -134,6 +135,35 @@ def test_abandoned_cpu_calls_stop_and_do_not_delay_other_clients():
         t0 = time.time()
         pb_grpc.AttentionServiceStub(server.channel).Attend(tiny_request(), timeout=10)
         assert time.time() - t0 < 0.5
+
+
+def test_abandoned_prefill_stops_part_way_and_is_not_applied():
+    """With the work bound off, a paged-cpu prefill of ~20 s (20,000 tokens, float64 reference)
+    whose client gives up after 1 s stops computing at its deadline and is rolled back: a step
+    at position 0 on the same sequence runs right after (it would wait for the sequence's lock
+    for the whole prefill before, and then find position 20,000)."""
+    from attention_client import AttentionClient
+    from attention_client.errors import DeadlineExceeded
+    with ServerProc("--threads", "2", "--cpu-threads", "1", "--max-cpu-score-pairs", "0") as server, \
+            AttentionClient(server.target) as client:
+        seq = client.create_sequence(1, 4, 2, 16, dtype="float32")
+        rng = np.random.default_rng(2)
+        T = 20000
+        q = rng.standard_normal((T, 4, 16)).astype(np.float32)
+        kv = rng.standard_normal((T, 2, 16)).astype(np.float32)
+        sent = time.time()
+        try:
+            seq.extend(0, 0, q, kv, kv, timeout=1.0)
+            raise AssertionError("the 20,000-token prefill finished within its 1 s deadline")
+        except DeadlineExceeded:
+            pass
+        r = seq.extend(0, 0, q[:64], kv[:64], kv[:64], timeout=30)
+        late = time.time() - (sent + 1.0)
+        print(f"the next step on the sequence answered {late * 1000:.0f} ms after the deadline")
+        assert r.length == 64, r.length
+        # ~20 s without the stop; the bound leaves room for a loaded 2-core CI machine.
+        assert late < 1.5, f"the next step answered {late:.3f} s after the prefill's deadline"
+        assert seq.refresh().layer_lengths[0] == 64
 
 
 def test_long_backend_name_is_invalid_argument_with_a_short_message():

@@ -1,8 +1,10 @@
 // RunExtendSteps (server/backends/paged/extend_batch.h): many sequence steps in one batch give each
 // step bitwise the output, status and stored state that ExtendStep gives it alone; compatible
 // steps share one AttendBatch launch; a failed launch rolls every step of it back; a step that
-// stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12); an
-// append-only step shares a launch, attends nothing and rolls back like any step (issue 18).
+// stops being wanted while it waits for its sequence's lock is not applied (issue 16 item 12), and
+// one that stops being wanted while paged-cpu computes it is stopped part-way and rolled back
+// alone (issue 16, hostile clients); an append-only step shares a launch, attends nothing and
+// rolls back like any step (issue 18).
 #include "backends/paged/extend_batch.h"
 
 #include <gtest/gtest.h>
@@ -276,6 +278,70 @@ TEST(ExtendBatch, StepCancelledWhileWaitingForItsSequenceIsNotApplied) {
   EXPECT_TRUE(be.status.ok()) << be.status.ToString();
   EXPECT_FALSE(be.dropped);
   EXPECT_EQ(out.length, 3);
+}
+
+// A long prefill whose still_running says stop part-way through its paged-cpu attention (a
+// deadline passing) ends DEADLINE_EXCEEDED and is rolled back, alone: the short step of the same
+// launch is committed with bitwise its output alone; asked and always OK, the stop check
+// changes nothing.
+TEST(ExtendBatch, StepStoppedWhileItsAttentionRunsIsRolledBackAlone) {
+  std::mt19937 rng(5);
+  World w, alone;
+  CpuPagedAttention compute(2), alone_compute(2);
+  const std::string long_id = w.Create(4, 0.3f), short_id = w.Create(4, 0.3f);
+  const std::string long_alone = alone.Create(4, 0.3f), short_alone = alone.Create(4, 0.3f);
+  // 4 heads x 512 rows x ~256 keys x 8 dims x 2: ~8 polls of the stop check (2^20 each).
+  const Step prefill = MakeStep(0, 0, 0, 512, 4, &rng);
+  const Step little = MakeStep(1, 0, 0, 3, 4, &rng);
+  const std::string owner;
+  ExtendArgs args[2] = {prefill.Args(long_id), little.Args(short_id)};
+  std::string o[2];
+  ExtendOutcome out[2];
+  std::atomic<int> polls{0};
+  std::atomic<bool> stop_on_second{true};
+  BatchedExtend be[2];
+  for (int i = 0; i < 2; ++i) {
+    be[i].args = &args[i];
+    be[i].owner = &owner;
+    be[i].o = &o[i];
+    be[i].outcome = &out[i];
+  }
+  be[0].still_running = [&]() {
+    const int n = ++polls;
+    return stop_on_second.load() && n >= 2 ? Status(StatusCode::kDeadlineExceeded, "late")
+                                           : Status::Ok();
+  };
+  RunExtendSteps(w.store.get(), &compute, be, 2);
+  EXPECT_EQ(be[0].status.code(), StatusCode::kDeadlineExceeded) << be[0].status.ToString();
+  EXPECT_TRUE(be[0].dropped);
+  EXPECT_GE(polls.load(), 2);  // stopped part-way, after it had begun
+  EXPECT_TRUE(o[0].empty());
+  ASSERT_TRUE(be[1].status.ok()) << be[1].status.ToString();
+  EXPECT_FALSE(be[1].dropped);
+  std::string o_alone;
+  ExtendOutcome out_alone;
+  const ExtendArgs little_alone = little.Args(short_alone);
+  ASSERT_TRUE(ExtendStep(alone.store.get(), &alone_compute, owner, little_alone, &o_alone,
+                         &out_alone).ok());
+  EXPECT_EQ(o[1], o_alone);
+  EXPECT_EQ(w.UsedPages(), alone.UsedPages());  // the prefill's pages went back
+  {
+    auto held = w.store->Acquire(long_id, owner);
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(held->seq->layers[0].table.length(), 0);
+  }
+  // Asked and always OK: the prefill runs, bitwise as it does alone without a stop check.
+  stop_on_second.store(false);
+  polls.store(0);
+  RunExtendSteps(w.store.get(), &compute, &be[0], 1);
+  ASSERT_TRUE(be[0].status.ok()) << be[0].status.ToString();
+  EXPECT_FALSE(be[0].dropped);
+  EXPECT_GE(polls.load(), 2);
+  const ExtendArgs prefill_alone = prefill.Args(long_alone);
+  ASSERT_TRUE(ExtendStep(alone.store.get(), &alone_compute, owner, prefill_alone, &o_alone,
+                         &out_alone).ok());
+  EXPECT_EQ(o[0], o_alone);
+  EXPECT_EQ(out[0].length, 512);
 }
 
 // An append-only step (ExtendArgs.append_only) shares a launch with an attending one: it appends

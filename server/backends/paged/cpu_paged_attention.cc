@@ -1,5 +1,7 @@
 #include "backends/paged/cpu_paged_attention.h"
 
+#include <chrono>
+#include <mutex>
 #include <vector>
 
 #include "attn/kernels/cpu_attention.h"
@@ -34,6 +36,29 @@ constexpr int64_t kOneThreadWork = int64_t{1} << 20;
 }  // namespace
 
 Status CpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) {
+  return AttendStoppable(layer, q, o, nullptr, nullptr);
+}
+
+Status CpuPagedAttention::AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    const PagedAttendItem &it = items[i];
+    if (it.query.tokens == 0) continue;  // append-only step
+    Status why;
+    Status s = AttendStoppable(it.layer, it.query, it.o, it.stop, &why);
+    if (!why.ok() && it.stopped != nullptr) {
+      *it.stopped = why;  // this step alone stops; the others go on
+      continue;
+    }
+    ATTN_RETURN_IF_ERROR(s);
+  }
+  AddHostTime(t0, times);
+  return Status::Ok();
+}
+
+Status CpuPagedAttention::AttendStoppable(const PagedLayerView &layer, const PagedQuery &q,
+                                          void *o, const std::function<Status()> *stop,
+                                          Status *why) {
   // Per-thread scratch: grows to the largest sequence seen, never shrinks
   // (allocation-light).
   thread_local std::vector<char> k_buf, v_buf, q_buf, o_buf;
@@ -61,13 +86,25 @@ Status CpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
   s.mask.causal = kernels::CausalAlignment::kBottomRight;
   s.scale = q.scale;
   const int threads = q.tokens * q.num_heads * layer.kv_len * H < kOneThreadWork ? 1 : cpu_threads_;
+  // The computation's threads poll at once: the first non-OK answer is kept.
+  std::mutex why_mu;
+  kernels::StopCheck should_stop;
+  if (stop != nullptr && *stop && why != nullptr) {
+    should_stop = [stop, why, &why_mu]() {
+      Status w = (*stop)();
+      if (w.ok()) return false;
+      std::lock_guard<std::mutex> lock(why_mu);
+      if (why->ok()) *why = std::move(w);
+      return true;
+    };
+  }
   kernels::AttentionTensors t;
   t.k = k_buf.data();
   t.v = v_buf.data();
   if (same) {
     t.q = q.q;
     t.o = o;
-    return kernels::CpuAttention(s, t, threads);
+    return kernels::CpuAttention(s, t, threads, should_stop);
   }
   const int64_t n = q.tokens * q.num_heads * H;
   q_buf.resize(static_cast<size_t>(n) * sizeof(float));
@@ -76,7 +113,7 @@ Status CpuPagedAttention::Attend(const PagedLayerView &layer, const PagedQuery &
   for (int64_t i = 0; i < n; ++i) qf[i] = kernels::LoadAsFloat(q.q, q.dtype, i);
   t.q = qf;
   t.o = o_buf.data();
-  ATTN_RETURN_IF_ERROR(kernels::CpuAttention(s, t, threads));
+  ATTN_RETURN_IF_ERROR(kernels::CpuAttention(s, t, threads, should_stop));
   const float *of = reinterpret_cast<const float *>(o_buf.data());
   for (int64_t i = 0; i < n; ++i) kernels::StoreFromFloat(o, q.dtype, i, of[i]);
   return Status::Ok();

@@ -4,7 +4,8 @@
 // dtype the gathered K/V are bit-identical to what was sent, so the result
 // equals the stateless Attend on the concatenated history exactly; FP8 caches
 // are dequantised to float32 and q/o are converted around a float32
-// computation. Thread-safety: reentrant; scratch buffers are per thread.
+// computation. A long prefill stops part-way when its step stops being wanted (deadline,
+// cancellation: PagedAttendItem::stop). Thread-safety: reentrant; scratch buffers are per thread.
 #pragma once
 
 #include <string>
@@ -25,8 +26,16 @@ class CpuPagedAttention final : public PagedAttentionBackend {
   Status CopyPage(const kernels::PagedKvPool &pool, int32_t src, int32_t dst,
                   int64_t tokens) override;
   Status Attend(const PagedLayerView &layer, const PagedQuery &q, void *o) override;
+  /// Attend for each item in order; an item whose `stop` says stop (polled about every 2^20
+  /// multiply-adds, from the computation's threads) ends part-way with the reason in
+  /// *stopped, and the next item runs (PagedAttendItem). Other errors end the call.
+  Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) override;
 
  private:
+  /// Attend, asking `stop` (may be null) while it computes; *why gets its first non-OK answer.
+  Status AttendStoppable(const PagedLayerView &layer, const PagedQuery &q, void *o,
+                         const std::function<Status()> *stop, Status *why);
+
   const int cpu_threads_;
   const std::string name_ = "paged-cpu";
   const std::string device_ = "cpu";

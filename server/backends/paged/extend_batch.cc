@@ -98,6 +98,11 @@ void RunSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExten
     s.status = PrepareExtend(store, backend, *s.owner, *s.args, s.o, s.outcome, &sc.prep[i], check);
     s.dropped = unwanted;
     if (!s.status.ok() || sc.prep[i].replayed) continue;
+    if (s.still_running) {
+      s.stopped = Status::Ok();
+      sc.prep[i].attend.stop = &s.still_running;
+      sc.prep[i].attend.stopped = &s.stopped;
+    }
     sc.launches[i] = 1;
     sc.key[i] = KeyOf(sc.prep[i]);
     if (std::find(sc.groups.begin(), sc.groups.end(), sc.key[i]) == sc.groups.end()) {
@@ -129,8 +134,9 @@ void RunSteps(SequenceStore *store, PagedAttentionBackend *backend, BatchedExten
     for (size_t m = 0; m < sc.members.size(); ++m) {
       BatchedExtend &step = steps[sc.members[m]];
       PreparedExtend &p = sc.prep[sc.members[m]];
-      if (!s.ok()) {
-        step.status = s;
+      if (!s.ok() || !step.stopped.ok()) {  // the launch failed, or stopped this step alone
+        step.status = s.ok() ? step.stopped : s;
+        step.dropped = s.ok();
         AbortExtend(store, &p, step.o);
         continue;
       }

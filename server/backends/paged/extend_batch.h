@@ -10,7 +10,8 @@
 // each. Per-(sequence, layer) rules are those of ExtendStep: position checks, exact replays
 // answered from the stored result, concurrent steps on one sequence run one after the other
 // (a batch never holds two steps of one sequence: those run after the batch, in order). A step
-// whose `still_wanted` says no once its sequence is locked is dropped unapplied.
+// whose `still_wanted` says no once its sequence is locked is dropped unapplied, and so is one
+// whose `still_running` says no while a backend that polls it (paged-cpu) computes the step.
 // Thread-safety: thread-safe; the steps' outputs and outcomes are written by this call only.
 #pragma once
 
@@ -36,8 +37,15 @@ struct BatchedExtend {
   int64_t launch_tokens = 0;  ///< out: query tokens of that launch
   /// Asked once the sequence is locked (PrepareExtend); may be empty.
   StillWanted still_wanted;
-  /// out: the step was dropped by `still_wanted` (not applied; `status` says why).
+  /// Asked while the step's attention runs, by a backend that can stop it part-way
+  /// (PagedAttendItem::stop; paged-cpu), from several threads at once; may be empty. A step
+  /// it stops is rolled back like a failed launch, alone: the other steps are committed.
+  StillWanted still_running;
+  /// out: the step was dropped by `still_wanted` or `still_running` (not applied; `status`
+  /// says why).
   bool dropped = false;
+  /// Where the backend writes why `still_running` stopped the step (scratch of this call).
+  Status stopped;
 };
 
 /// Host wall time of the phases of RunExtendSteps, in nanoseconds (added to, never reset):

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "attn/kernels/attention_problem.h"
@@ -67,6 +68,13 @@ struct PagedAttendItem {
   PagedLayerView layer;
   PagedQuery query;
   void *o = nullptr;
+  /// May be null. Asked by a backend that can stop one item's computation part-way (paged-cpu:
+  /// about every 2^20 multiply-adds of a long prefill); see StepStopCheck. When it says stop,
+  /// the backend writes its status into *stopped (non-null whenever stop is), leaves this
+  /// item's o unspecified and goes on with the other items: the call returns OK for them, and
+  /// the caller rolls the stopped item's step back. Backends that never stop (paged-gpu) ignore it.
+  const std::function<Status()> *stop = nullptr;
+  Status *stopped = nullptr;
 };
 
 /// Time spent by the launches of one AppendBatch/AttendBatch call, added (+=) by the backend
@@ -133,8 +141,9 @@ class PagedAttentionBackend {
   /// (sequence, layer)s of one sub-pool whose queries share dtype, num_heads and scale (the
   /// caller groups them); q lengths may differ (decode T=1 next to a short prefill). A GPU
   /// implementation runs one paged launch over all of them (block tables, kv_lengths, q
-  /// offsets). Items of 0 query tokens are skipped. `times` (may be null) gets the launch's
-  /// time added. Default: Attend for each item in order, timed on the host.
+  /// offsets). Items of 0 query tokens are skipped; an item stopped by its `stop` is not an
+  /// error (PagedAttendItem). `times` (may be null) gets the launch's time added. Default:
+  /// Attend for each item in order (never stopping one), timed on the host.
   virtual Status AttendBatch(const PagedAttendItem *items, size_t n, LaunchTimes *times) {
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n; ++i) {
