@@ -54,7 +54,7 @@ LAYERS, VOCAB = 2, 97
 
 @pytest.fixture(scope="module")
 def server():
-    s = mt.Server("--kv-device", "gpu", "--kv-cache-bytes", str(1 << 30), "--log-level", "warn")
+    s = mt.Server("--kv-device", "gpu", "--kv-cache-bytes", str(1 << 30), "--log-level", "info")
     yield s
     code = s.stop()
     log = s.read_log()
@@ -208,7 +208,7 @@ def test_auto_picks_the_region_here_and_falls_back_visibly_elsewhere(model, clie
             greedy(model, ids, mask, n=4)
             assert through_region_only(am) and am.session.stats.transport_fallback is None
     assert not [w for w in seen if "transport_region" in str(w.message)]
-    cpu = mt.Server("--kv-device", "cpu", "--default-backend", "cpu", "--log-level", "warn")
+    cpu = mt.Server("--kv-device", "cpu", "--default-backend", "cpu", "--log-level", "info")
     try:
         with ac.AttentionClient(cpu.target, timeout=60) as c2:
             with pytest.raises(ac.FailedPrecondition, match="cuda_ipc_regions is false"):
