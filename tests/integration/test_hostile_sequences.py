@@ -14,7 +14,8 @@ attention-server binary (cpu) on loopback:
 12. With --batch-threads 2, a step B cancelled (or past its deadline) while it waits behind a
    long step A of the same sequence is not applied: the length is A's end, not one more.
 13. attn_requests_total counts the status the client saw: an Extend cancelled while it computes
-   and an ExtendStream the client cancelled after its steps were answered are CANCELLED, not OK.
+   (stopped part-way, not applied) and an ExtendStream the client cancelled after its steps
+   were answered are CANCELLED, not OK.
 
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_hostile_sequences.py
 """
@@ -232,17 +233,23 @@ def test_cancelled_calls_are_counted_as_cancelled():
         channel = grpc.insecure_channel(s.target)
         stub = spb_grpc.SequenceServiceStub(channel)
         sid = create(stub)
-        # An Extend cancelled while it computes: applied whole (allowed), counted CANCELLED.
+        # An Extend cancelled while it computes: stopped part-way (the paged-cpu attention
+        # polls the cancellation) and not applied, counted CANCELLED.
         f = stub.Extend.future(step(sid, 0, 1536, 5), timeout=120)
         time.sleep(0.1)
         f.cancel()
-        wait_length(stub, sid, 1536)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if _requests(mt.parse(s.scrape())[0], "Extend", "CANCELLED") >= 1:
+                break
+            time.sleep(0.05)
+        assert length(stub, sid) == 0, "the cancelled prefill was applied"
         # An ExtendStream cancelled by its client after both its steps were answered.
         more = threading.Event()
 
         def gen():
-            yield step(sid, 1536, 1, 6)
-            yield step(sid, 1537, 1, 7)
+            yield step(sid, 0, 1, 6)
+            yield step(sid, 1, 1, 7)
             more.wait(10)
 
         call = stub.ExtendStream(gen(), timeout=30)
