@@ -36,7 +36,7 @@ std::string Signature(const ExtendArgs& a) {
 }
 
 /// Ok while `it` is wanted; else DEADLINE_EXCEEDED or CANCELLED saying it happened `when`.
-Status StillWantedNow(const BatchItem &it, const char *when) {
+Status StillWantedNow(const BatchItem& it, const char* when) {
   if (std::chrono::system_clock::now() >= it.deadline()) {
     return Status(StatusCode::kDeadlineExceeded,
                   std::string("deadline passed ") + when + "; not applied");

@@ -69,10 +69,11 @@ struct PagedAttendItem {
   PagedQuery query;
   void *o = nullptr;
   /// May be null. Asked by a backend that can stop one item's computation part-way (paged-cpu:
-  /// about every 2^20 multiply-adds of a long prefill); see StepStopCheck. When it says stop,
-  /// the backend writes its status into *stopped (non-null whenever stop is), leaves this
-  /// item's o unspecified and goes on with the other items: the call returns OK for them, and
-  /// the caller rolls the stopped item's step back. Backends that never stop (paged-gpu) ignore it.
+  /// about every 2^20 multiply-adds of a long prefill), possibly from several threads at once:
+  /// OK to go on, else why to stop (BatchedExtend::still_running). When it says stop, the
+  /// backend writes that status into *stopped (non-null whenever stop is), leaves this item's
+  /// o unspecified and goes on with the other items: the call returns OK for them, and the
+  /// caller rolls the stopped item's step back. Backends that never stop (paged-gpu) ignore it.
   const std::function<Status()> *stop = nullptr;
   Status *stopped = nullptr;
 };
