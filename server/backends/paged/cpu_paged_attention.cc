@@ -85,16 +85,23 @@ Status CpuPagedAttention::AttendStoppable(const PagedLayerView &layer, const Pag
   s.head_dim = H;
   s.mask.causal = kernels::CausalAlignment::kBottomRight;
   s.scale = q.scale;
-  const int threads = q.tokens * q.num_heads * layer.kv_len * H < kOneThreadWork ? 1 : cpu_threads_;
-  // The computation's threads poll at once: the first non-OK answer is kept.
-  std::mutex why_mu;
+  const bool small = q.tokens * q.num_heads * layer.kv_len * H < kOneThreadWork;
+  const int threads = small ? 1 : cpu_threads_;
+  // Asked only for work long enough to be polled (a decode step never is): the computation's
+  // threads poll at once, and the first non-OK answer is kept. One captured pointer, so the
+  // StopCheck holds no heap copy.
+  struct Asked {
+    const std::function<Status()> *stop;
+    Status *why;
+    std::mutex mu;
+  } asked{stop, why, {}};
   kernels::StopCheck should_stop;
-  if (stop != nullptr && *stop && why != nullptr) {
-    should_stop = [stop, why, &why_mu]() {
-      Status w = (*stop)();
+  if (!small && stop != nullptr && *stop && why != nullptr) {
+    should_stop = [a = &asked]() {
+      Status w = (*a->stop)();
       if (w.ok()) return false;
-      std::lock_guard<std::mutex> lock(why_mu);
-      if (why->ok()) *why = std::move(w);
+      std::lock_guard<std::mutex> lock(a->mu);
+      if (a->why->ok()) *a->why = std::move(w);
       return true;
     };
   }
