@@ -47,7 +47,7 @@ struct PackedCall {
   bool o_on_device = false;             // `o` is a device address in `device`
   Status device_error;                  // the first failed zeroing of o rows (under mu)
   std::atomic<int> left{0};
-  std::mutex mu;  // guards what follows and the response's report
+  std::mutex mu;            // guards what follows and the response's report
   bool any_result = false;  // some step ran or failed on its own
   Status dropped;           // why the steps were dropped, when none ran
   int64_t slowest_us = -1;  // total_us of the step whose times the report carries
@@ -133,8 +133,8 @@ void SequenceServiceImpl::RunPackedBatch(grpc::CallbackServerContext *context,
   auto call = std::make_shared<PackedCall>(shm_regions_, owner);
   CallRegions *regions = &call->regions;
   auto batch = ValidatePackedExtendBatch(
-      request->packed(), [regions](const char *field, const pb::RegionSlice &slice,
-                                   uint64_t bytes, bool writable) {
+      request->packed(),
+      [regions](const char *field, const pb::RegionSlice &slice, uint64_t bytes, bool writable) {
         return regions->Resolve(("packed." + std::string(field)).c_str(), slice, bytes, writable);
       });
   if (!batch.ok()) {
@@ -144,6 +144,10 @@ void SequenceServiceImpl::RunPackedBatch(grpc::CallbackServerContext *context,
   double pairs = 0;
   int64_t head_dim = 0;
   for (const ExtendArgs &a : batch->steps) {
+    if (Status r = CheckReach(a); !r.ok()) {
+      done(r);  // as one piece, like the batch's validation
+      return;
+    }
     pairs += StepScorePairs(a);
     head_dim = std::max(head_dim, a.q_shape[2]);
   }

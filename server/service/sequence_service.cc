@@ -244,7 +244,7 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Extend(grpc::CallbackServerContex
     Observe(metrics::Method::kExtend, seen, start);
     CallDone();
   };
-  auto args = ValidateExtend(*request);
+  auto args = ValidateStep(*request);
   if (!args.ok()) {
     finish(args.status());
     return reactor;
@@ -328,7 +328,7 @@ void SequenceServiceImpl::RunStepBatch(grpc::CallbackServerContext *context,
   int64_t head_dim = 0;
   for (int i = 0; i < request->steps_size(); ++i) {
     pb::ExtendResult *result = response->mutable_results(i);
-    auto args = ValidateExtend(request->steps(i));
+    auto args = ValidateStep(request->steps(i));
     if (!args.ok()) {
       set_error(result, args.status());
       pending->any_result = true;

@@ -41,15 +41,16 @@
 #include <vector>
 
 #include "attention/v1/sequence.grpc.pb.h"
-#include "batching/step_batcher.h"
-#include "config/server_config.h"
 #include "backends/paged/paged_attention_backend.h"
+#include "batching/step_batcher.h"
+#include "common/worker_pool.h"
+#include "config/server_config.h"
 #include "kv_cache/sequence_store.h"
 #include "metrics/metrics.h"
 #include "security/call_gate.h"
-#include "common/worker_pool.h"
 #include "shm/region_registry.h"
 #include "validation/packed_batch_validator.h"
+#include "validation/sequence_validator.h"
 #include "validation/work_bound.h"
 
 namespace attn {
@@ -157,11 +158,11 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// SharedMemoryLeases end likewise (their regions released; calls using one finish first).
   void EndStreams();
   /// For identities that lost their last token (SIGHUP reload): ends each one's open
-  /// ExtendStreams and ExtendBatchStreams with UNAUTHENTICATED (one waiting for its next message at once, one with a
-  /// step in progress right after that step's result is written) and releases every sequence
-  /// it holds (SequenceStore::ReleaseOwner; a later call on one gets NOT_FOUND "revoked"),
-  /// and ends its SharedMemoryLeases (UNAUTHENTICATED, regions released), logging a warning per
-  /// identity. Returns the sequences released.
+  /// ExtendStreams and ExtendBatchStreams with UNAUTHENTICATED (one waiting for its next message at
+  /// once, one with a step in progress right after that step's result is written) and releases
+  /// every sequence it holds (SequenceStore::ReleaseOwner; a later call on one gets NOT_FOUND
+  /// "revoked"), and ends its SharedMemoryLeases (UNAUTHENTICATED, regions released), logging a
+  /// warning per identity. Returns the sequences released.
   int64_t RevokeIdentities(const std::vector<std::string> &identities);
   /// Waits until no call or stream is in flight or `timeout` passes; true when
   /// idle.
@@ -238,6 +239,18 @@ class SequenceServiceImpl final : public internal::SequenceServiceBase {
   /// CheckStepsWorkBound for `pairs` query-key pairs of head dim `head_dim` on this backend.
   Status CheckWork(double pairs, int64_t head_dim) const {
     return CheckStepsWorkBound(pairs, head_dim, backend_->device() == "cpu", work_bounds_);
+  }
+  /// CheckStepReach against this server's KV pool (FAILED_PRECONDITION for a position no layer
+  /// can have; run before CheckWork so such a step is not reported as too costly).
+  Status CheckReach(const ExtendArgs &a) const {
+    return CheckStepReach(a, store_->pool()->pool_bytes());
+  }
+  /// ValidateExtend, then CheckReach: the per-step checks of Extend, ExtendBatch and the stream.
+  StatusOr<ExtendArgs> ValidateStep(const attention::v1::ExtendRequest &r) const {
+    auto args = ValidateExtend(r);
+    if (!args.ok()) return args;
+    if (Status s = CheckReach(*args); !s.ok()) return s;
+    return args;
   }
   // Open ExtendStreams and ExtendBatchStreams (registered after admission, removed in OnDone),
   // for EndStreams and RevokeIdentities.

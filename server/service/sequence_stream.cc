@@ -96,7 +96,7 @@ class SequenceServiceImpl::StreamReactor
       return;
     }
     // Continuous batching: the step joins steps of other streams and calls.
-    auto args = ValidateExtend(request_);
+    auto args = service_->ValidateStep(request_);
     if (!args.ok()) {
       SetResult(args.status());
       Write();

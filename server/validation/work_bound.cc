@@ -1,5 +1,6 @@
 #include "validation/work_bound.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -40,6 +41,23 @@ double StepScorePairs(const ExtendArgs& a) {
   const double t = static_cast<double>(a.q_shape[0]);
   const double n = static_cast<double>(a.q_shape[1]);
   return n * t * (static_cast<double>(a.position) + (t + 1.0) / 2.0);
+}
+
+Status CheckStepReach(const ExtendArgs& a, uint64_t pool_bytes) {
+  const int64_t kv_heads = std::max<int64_t>(1, a.k_shape[1]);
+  const int64_t head_dim = std::max<int64_t>(1, a.k_shape[2]);
+  const uint64_t reach = pool_bytes / (2 * static_cast<uint64_t>(kv_heads * head_dim));
+  const int64_t tokens = a.k_shape[0];
+  if (a.position <= static_cast<int64_t>(reach) &&
+      tokens <= static_cast<int64_t>(reach) - a.position) {
+    return Status::Ok();
+  }
+  return FailedPrecondition(
+      "position " + std::to_string(a.position) + " + " + std::to_string(tokens) +
+      " tokens is beyond what any layer of " + std::to_string(kv_heads) + " kv heads x head_dim " +
+      std::to_string(head_dim) + " can hold in this KV cache (" + std::to_string(reach) +
+      " tokens), so it is not the layer's length: send the layer's current "
+      "length (GetSequence)");
 }
 
 Status CheckStepsWorkBound(double pairs, int64_t head_dim, bool on_cpu, const WorkBounds& bounds) {

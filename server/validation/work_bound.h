@@ -33,6 +33,14 @@ Status CheckWorkBound(const ValidatedAttend& v, bool on_cpu, const WorkBounds& b
 /// is not the layer's length fails anyway, so the request bounds the real cost).
 double StepScorePairs(const ExtendArgs& a);
 
+/// Ok when the step's last token, `a.position` + T, is within the most tokens one layer of its
+/// layout can ever hold in a KV pool of `pool_bytes`: K and V of K kv heads × head_dim H per
+/// token at one byte an element (FP8 pages, the narrowest), so pool_bytes / (2 · K · H). Beyond
+/// it no layer can be that long, so the position cannot be the layer's length: checked before the
+/// work bound, whose estimate would otherwise blame the request's cost for a wrong position.
+/// Errors: FAILED_PRECONDITION naming the position and the reach.
+Status CheckStepReach(const ExtendArgs& a, uint64_t pool_bytes);
+
 /// The work bound of one Extend, ExtendBatch (per-step or packed, all its steps together) or
 /// stream message: `pairs` (Σ StepScorePairs) scored on the paged-cpu backend (`on_cpu`)
 /// against --max-cpu-score-pairs, else 4 · pairs · `head_dim` FLOPs against --max-gpu-flops.

@@ -16,6 +16,8 @@ attention-server binary (cpu) on loopback:
 13. attn_requests_total counts the status the client saw: an Extend cancelled while it computes
    (stopped part-way, not applied) and an ExtendStream the client cancelled after its steps
    were answered are CANCELLED, not OK.
+A step at a position no layer of its layout can reach in the KV cache is FAILED_PRECONDITION
+(the position), not RESOURCE_EXHAUSTED (the work bound's estimate at that position).
 
 Run: ATTN_SERVER_BIN=build/server/attention-server python3 -m pytest tests/integration/test_hostile_sequences.py
 """
@@ -270,3 +272,29 @@ def test_cancelled_calls_are_counted_as_cancelled():
         channel.close()
     finally:
         s.close()
+
+
+def test_position_no_layer_can_reach_is_a_failed_precondition_and_changes_nothing():
+    # A new-user review's case: an Extend at a huge position was refused by the work bound
+    # (RESOURCE_EXHAUSTED, "too costly") though the real error is the position: no layer of
+    # this layout can be that long in this KV cache, so it is never the layer's length.
+    with ServerProc() as server:
+        stub = spb_grpc.SequenceServiceStub(server.channel)
+        sid = create(stub)
+        stub.Extend(step(sid, 0, 2), timeout=10)
+        huge = 10**12
+        try:
+            stub.Extend(step(sid, huge, 1), timeout=10)
+            raise AssertionError("an Extend at position 10^12 was accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.FAILED_PRECONDITION, (e.code(), e.details())
+            assert f"position {huge}" in e.details() and "can hold" in e.details(), e.details()
+        other = create(stub)  # a batch names each sequence once
+        r = stub.ExtendBatch(spb.ExtendBatchRequest(steps=[step(other, huge, 1), step(sid, 2, 1)]),
+                             timeout=10)
+        assert r.results[0].code == grpc.StatusCode.FAILED_PRECONDITION.value[0], r.results[0]
+        assert r.results[1].code == 0 and r.results[1].response.length == 3
+        assert length(stub, other) == 0
+        results = list(stub.ExtendStream(iter([step(sid, huge, 1), step(sid, 3, 1)]), timeout=10))
+        assert [x.code for x in results] == [grpc.StatusCode.FAILED_PRECONDITION.value[0], 0]
+        assert length(stub, sid) == 4

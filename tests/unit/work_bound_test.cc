@@ -118,10 +118,10 @@ TEST(WorkBound, OverLargeSequenceCallIsRefusedOnPagedCpuNamingTheFlag) {
   EXPECT_TRUE(CheckStepsWorkBound(huge, 16, true, {0, 0}).ok()) << "0 means unlimited";
   // What frontends send on purpose passes: a 4096-token prefill of 32 heads (2.7e8 pairs), and
   // 64 decode steps at 4k context.
-  EXPECT_TRUE(CheckStepsWorkBound(StepScorePairs(Step(0, 4096, 32, 128)), 128, true,
-                                  Defaults()).ok());
-  EXPECT_TRUE(CheckStepsWorkBound(64 * StepScorePairs(Step(4096, 1, 32, 128)), 128, true,
-                                  Defaults()).ok());
+  EXPECT_TRUE(
+      CheckStepsWorkBound(StepScorePairs(Step(0, 4096, 32, 128)), 128, true, Defaults()).ok());
+  EXPECT_TRUE(
+      CheckStepsWorkBound(64 * StepScorePairs(Step(4096, 1, 32, 128)), 128, true, Defaults()).ok());
 }
 
 TEST(WorkBound, SequenceCallOnPagedGpuIsBoundedInFlops) {
@@ -134,6 +134,20 @@ TEST(WorkBound, SequenceCallOnPagedGpuIsBoundedInFlops) {
   const Status s = CheckStepsWorkBound(pairs, 128, false, tight);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("--max-gpu-flops"), std::string::npos) << s.message();
+}
+
+TEST(WorkBound, PositionBeyondWhatAnyLayerCanHoldIsAFailedPreconditionNotTooCostly) {
+  // A new-user review's case: an Extend at a huge position on a paged-cpu server was refused as
+  // too costly (RESOURCE_EXHAUSTED, from the work bound), though no layer is that long.
+  const uint64_t pool = uint64_t{1} << 30;  // 1 GiB: 2^30 / (2 · 1 · 128) = 4194304 tokens
+  const ExtendArgs wrong = Step(1000000000000, 1, 32, 128);
+  const Status s = CheckStepReach(wrong, pool);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("4194304 tokens"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckStepReach(Step(4194303, 1, 32, 128), pool).ok()) << "the last token fits";
+  EXPECT_EQ(CheckStepReach(Step(4194303, 2, 32, 128), pool).code(), StatusCode::kFailedPrecondition)
+      << "one token past the reach";
+  EXPECT_TRUE(CheckStepReach(Step(4096, 1, 32, 128), pool).ok()) << "what frontends send";
 }
 
 }  // namespace
