@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "batching/attend_coalescer.h"
+#include "common/deadline.h"
 
 namespace attn {
 
@@ -24,12 +25,7 @@ class AttendBatcher::AttendItem final : public BatchItem {
   }
   /// Why a computation stopped for this call (after the backend returned CANCELLED).
   Status StopStatus() const {
-    if (std::chrono::system_clock::now() >= work.deadline) {
-      return Status(StatusCode::kDeadlineExceeded,
-                    "deadline passed while computing; the computation was stopped");
-    }
-    return Status(StatusCode::kCancelled,
-                  "cancelled by the client while computing; the computation was stopped");
+    return AbandonedStatus(work.deadline, "while computing; the computation was stopped");
   }
   /// Sizes result.o (and result.lse) for the call's output; returns the lse buffer or null.
   float* AllocateOutput() {
@@ -87,7 +83,7 @@ void AttendBatcher::RunBatch(std::vector<std::unique_ptr<BatchItem>>& batch) {
   if (calls.size() > 1 && RunPacked(calls)) return;
   for (AttendItem* c : calls) {
     if (c->Cancelled()) {
-      c->Finish(Status(StatusCode::kCancelled, "cancelled by the client while queued"));
+      c->Finish(AbandonedStatus(c->work.deadline, "while queued; the call was not computed"));
       continue;
     }
     RunAlone(c);

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/deadline.h"
+
 namespace attn {
 namespace {
 
@@ -168,14 +170,10 @@ int64_t BatchScheduler::RefuseQueued(const Status& why) {
 }
 
 Status BatchScheduler::Dead(const BatchItem& item) {
-  // The deadline first: when it passes, gRPC also cancels the call, and the call's status (log,
-  // metrics) should say why.
-  if (std::chrono::system_clock::now() >= item.deadline()) {
-    return Status(StatusCode::kDeadlineExceeded,
-                  "deadline passed while queued; the call was not computed");
-  }
-  if (item.Cancelled()) {
-    return Status(StatusCode::kCancelled, "cancelled by the client while queued");
+  // When the deadline passes gRPC also cancels the call: AbandonedStatus says which it was (log,
+  // metrics).
+  if (std::chrono::system_clock::now() >= item.deadline() || item.Cancelled()) {
+    return AbandonedStatus(item.deadline(), "while queued; the call was not computed");
   }
   return Status::Ok();
 }
@@ -185,8 +183,7 @@ void BatchScheduler::Removed(const BatchItem& item) {
   queued_tokens_.fetch_sub(item.tokens);
 }
 
-void BatchScheduler::SweepLocked(
-    std::vector<std::pair<std::unique_ptr<BatchItem>, Status>>* dead) {
+void BatchScheduler::SweepLocked(std::vector<std::pair<std::unique_ptr<BatchItem>, Status>>* dead) {
   for (auto it = queues_.begin(); it != queues_.end();) {
     Queue& q = it->second;
     Queue keep;

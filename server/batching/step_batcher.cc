@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backends/paged/extend_batch.h"
+#include "common/deadline.h"
 
 namespace attn {
 namespace {
@@ -37,13 +38,8 @@ std::string Signature(const ExtendArgs& a) {
 
 /// Ok while `it` is wanted; else DEADLINE_EXCEEDED or CANCELLED saying it happened `when`.
 Status StillWantedNow(const BatchItem& it, const char* when) {
-  if (std::chrono::system_clock::now() >= it.deadline()) {
-    return Status(StatusCode::kDeadlineExceeded,
-                  std::string("deadline passed ") + when + "; not applied");
-  }
-  if (it.Cancelled()) {
-    return Status(StatusCode::kCancelled,
-                  std::string("cancelled by the client ") + when + "; not applied");
+  if (std::chrono::system_clock::now() >= it.deadline() || it.Cancelled()) {
+    return AbandonedStatus(it.deadline(), std::string(when) + "; not applied");
   }
   return Status::Ok();
 }

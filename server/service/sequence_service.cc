@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/paged/extend_step.h"
+#include "common/deadline.h"
 #include "service/cancellable_reactor.h"
 #include "service/extend_response.h"
 #include "service/grpc_status.h"
@@ -56,9 +57,7 @@ void FillInfo(const SequenceStore &store, const Sequence &s, pb::SequenceInfo *i
 /// cancelled, or its deadline had passed, before the answer, it saw CANCELLED or
 /// DEADLINE_EXCEEDED whatever the server computed (attn_requests_total counts that).
 StatusCode SeenByClient(grpc::CallbackServerContext *context, StatusCode code) {
-  if (!context->IsCancelled()) return code;
-  return std::chrono::system_clock::now() >= context->deadline() ? StatusCode::kDeadlineExceeded
-                                                                 : StatusCode::kCancelled;
+  return context->IsCancelled() ? CancelledCallCode(context->deadline()) : code;
 }
 
 }  // namespace
@@ -181,10 +180,8 @@ grpc::ServerUnaryReactor *SequenceServiceImpl::Submit(grpc::CallbackServerContex
   CallStarted();  // while draining, calls on existing sequences are still served
   auto task = [this, context, reactor, fn, method, start]() mutable {
     Status s;
-    if (context->IsCancelled()) {
-      s = Status(StatusCode::kCancelled, "cancelled by the client before it ran");
-    } else if (std::chrono::system_clock::now() >= context->deadline()) {
-      s = Status(StatusCode::kDeadlineExceeded, "deadline passed before the call ran");
+    if (context->IsCancelled() || std::chrono::system_clock::now() >= context->deadline()) {
+      s = AbandonedStatus(context->deadline(), "before the call ran");
     } else {
       s = fn();
     }

@@ -15,7 +15,7 @@ attention-server binary (cpu) on loopback:
    long step A of the same sequence is not applied: the length is A's end, not one more.
 13. attn_requests_total counts the status the client saw: an Extend cancelled while it computes
    (stopped part-way, not applied) and an ExtendStream the client cancelled after its steps
-   were answered are CANCELLED, not OK.
+   were answered are CANCELLED, not OK; an Extend past its client deadline is DEADLINE_EXCEEDED.
 A step at a position no layer of its layout can reach in the KV cache is FAILED_PRECONDITION
 (the position), not RESOURCE_EXHAUSTED (the work bound's estimate at that position).
 
@@ -269,6 +269,24 @@ def test_cancelled_calls_are_counted_as_cancelled():
         assert _requests(samples, "Extend", "OK") == 0
         assert _requests(samples, "ExtendStream", "CANCELLED") == 1
         assert _requests(samples, "ExtendStream", "OK") == 0
+        # An Extend whose client deadline passes while it computes: the client sees
+        # DEADLINE_EXCEEDED and so does the counter (the client's cancellation for its deadline
+        # can reach the server before the server's copy of the deadline passes; review case).
+        other = create(stub)
+        try:
+            stub.Extend(step(other, 0, 1536, 8), timeout=0.2)
+            raise AssertionError("the long prefill finished inside 0.2 s")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e.code()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            samples, _ = mt.parse(s.scrape())
+            if _requests(samples, "Extend", "DEADLINE_EXCEEDED") >= 1:
+                break
+            time.sleep(0.05)
+        assert _requests(samples, "Extend", "DEADLINE_EXCEEDED") == 1
+        assert _requests(samples, "Extend", "CANCELLED") == 1, "counted as a cancellation"
+        assert length(stub, other) == 0, "the prefill past its deadline was applied"
         channel.close()
     finally:
         s.close()

@@ -6,6 +6,7 @@ if(ATTN_SERVER)
     ${CMAKE_CURRENT_LIST_DIR}/attend_validator_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/backend_registry_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/client_text_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/deadline_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/driver_check_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/load_report_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/fault_latch_test.cc
