@@ -92,16 +92,11 @@ void AddKvFacts(const attn::KvRuntime& kv, const attn::startup::CudaIpcFacts& ip
   }
 }
 
-// The backends metrics label: the registry's, then the KV cache's paged backend ("paged-cpu"
-// or "paged-gpu", which labels the sequence steps' phases and batches) when not among them.
-std::vector<std::string> MetricsBackendNames(const attn::BackendRegistry& registry,
-                                             const attn::KvRuntime& kv) {
+// The backends metrics label: the registry's (Attend runs there); the KV cache's paged backend
+// ("paged-cpu" or "paged-gpu", labelling the sequence steps' phases and batches) goes beside.
+std::vector<std::string> MetricsBackendNames(const attn::BackendRegistry& registry) {
   std::vector<std::string> names;
   for (attn::Backend* b : registry.All()) names.push_back(b->name());
-  const std::string& kv_backend = kv.compute->name();
-  if (std::find(names.begin(), names.end(), kv_backend) == names.end()) {
-    names.push_back(kv_backend);
-  }
   return names;
 }
 
@@ -269,8 +264,8 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   };
   sequence_service.SetFaultHandler(on_fault);  // a paged-gpu fault: NOT_SERVING too
   attn::metrics::Metrics metrics(
-      MetricsBackendNames(*built->registry, *kv),
-      attn::metrics::BuildInfoLabels(BuildInfoOf(config, *built, threads)));
+      MetricsBackendNames(*built->registry),
+      attn::metrics::BuildInfoLabels(BuildInfoOf(config, *built, threads)), {kv->compute->name()});
   const auto peaks = attn::metrics::DevicePeaks(built->facts.device_name);
   metrics.SetDevicePeaks(peaks.first, peaks.second);
   if (int code = ServeMetrics(config, &metrics); code != kContinue) return code;

@@ -65,7 +65,10 @@ int64_t ProcessMemoryLimit() {
 int64_t DefaultGrpcMemoryBytes(int64_t memory_limit, int64_t max_message_bytes) {
   const int64_t floor = std::max(int64_t{1} << 30, 2 * max_message_bytes);
   if (memory_limit <= 0) return floor;
-  return std::max(floor, memory_limit / 4);
+  // Whole MiB (whole GiB from 4 GiB on): --help shows the default as "5GiB", not "6170916KiB".
+  const int64_t quarter = memory_limit / 4;
+  const int64_t unit = quarter >= (int64_t{4} << 30) ? int64_t{1} << 30 : int64_t{1} << 20;
+  return std::max(floor, quarter / unit * unit);
 }
 
 }  // namespace attn

@@ -29,7 +29,8 @@ int64_t ParseMemTotal(std::string_view meminfo);
 int64_t ProcessMemoryLimit();
 
 /// The default --grpc-memory-bytes for a process limited to `memory_limit` bytes (-1:
-/// unknown): a quarter of it, never below 1 GiB (the fixed default before) nor below
+/// unknown): a quarter of it rounded down to whole MiB (whole GiB from 4 GiB on), never below
+/// 1 GiB (the fixed default before) nor below
 /// 2 x `max_message_bytes` (the largest request must fit; server/main.cc refuses less).
 int64_t DefaultGrpcMemoryBytes(int64_t memory_limit, int64_t max_message_bytes);
 

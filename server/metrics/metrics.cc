@@ -100,12 +100,17 @@ void RegisterBuildInfo(prometheus::Registry& reg,
 // ---- Metrics ----
 
 Metrics::Metrics(const std::vector<std::string>& backends,
-                 const std::vector<std::pair<std::string, std::string>>& build_info)
+                 const std::vector<std::pair<std::string, std::string>>& build_info,
+                 const std::vector<std::string>& step_only_backends)
     : registry_(std::make_shared<prometheus::Registry>()),
       collector_(std::make_shared<ScrapeCollector>()) {
   backends_.push_back("none");
   for (const auto& b : backends) {
     if (b != "none") backends_.push_back(b);
+  }
+  const int attend_backends = static_cast<int>(backends_.size());  // [1, this): Attend runs there
+  for (const auto& b : step_only_backends) {
+    if (std::find(backends_.begin(), backends_.end(), b) == backends_.end()) backends_.push_back(b);
   }
   const int nb = static_cast<int>(backends_.size());
   auto& reg = *registry_;
@@ -197,7 +202,7 @@ Metrics::Metrics(const std::vector<std::string>& backends,
     request_count_[i].store(nullptr);
   }
   // Exported at 0 from the start: what rate() and the dashboards need.
-  for (int b = 1; b < nb; ++b) {
+  for (int b = 1; b < attend_backends; ++b) {
     RequestHistogram(static_cast<int>(Method::kAttend), b, 0);
     RequestCounter(static_cast<int>(Method::kAttend), b, 0);
   }

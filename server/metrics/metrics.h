@@ -206,10 +206,14 @@ class Metrics {
  public:
   /// `backends`: every backend name label values may take (the registry's names); "none" is
   /// added. `build_info`: labels of attn_build_info (name → value; names must be valid label
-  /// names). Creates every family and the common children (Attend/OK per backend, all phase,
-  /// batch, throughput, graph-cache and shadow children), so they are exported at 0 from start.
+  /// names). `step_only_backends`: names that label only sequence steps (the KV cache's
+  /// "paged-cpu" / "paged-gpu"; those already in `backends` are skipped): they get no Attend
+  /// children, since no Attend call runs on them. Creates every family and the common children
+  /// (Attend/OK per Attend backend, all phase, batch, throughput, graph-cache and shadow
+  /// children), so they are exported at 0 from start.
   Metrics(const std::vector<std::string>& backends,
-          const std::vector<std::pair<std::string, std::string>>& build_info);
+          const std::vector<std::pair<std::string, std::string>>& build_info,
+          const std::vector<std::string>& step_only_backends = {});
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;

@@ -33,6 +33,9 @@ TEST(MemoryLimitTest, DefaultQuotaIsAQuarterWithFloors) {
   EXPECT_EQ(DefaultGrpcMemoryBytes(2 * gib, 256 << 20), gib);   // never below 1 GiB
   EXPECT_EQ(DefaultGrpcMemoryBytes(-1, 256 << 20), gib);        // unknown memory
   EXPECT_EQ(DefaultGrpcMemoryBytes(8 * gib, gib), 2 * gib);     // the largest request fits
+  // A host of 23.54 GiB (this CI machine's MemTotal): 5 GiB, shown as "5GiB" in --help.
+  EXPECT_EQ(DefaultGrpcMemoryBytes(24683664 * int64_t{1024}, 256 << 20), 5 * gib);
+  EXPECT_EQ(DefaultGrpcMemoryBytes(10 * gib + 12345, 256 << 20), 2560 * (int64_t{1} << 20));
 }
 
 TEST(MemoryLimitTest, ThisProcessHasALimitAndTheFlagDefaultFollowsIt) {

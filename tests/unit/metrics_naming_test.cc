@@ -397,5 +397,21 @@ TEST(MetricsNaming, SequenceStepsAndKvRatio) {
   EXPECT_DOUBLE_EQ(Value(t, "attn_kv_used_ratio"), 0.01);
 }
 
+TEST(MetricsNaming, StepOnlyBackendsGetNoAttendChildren) {
+  // A new-user review found attn_requests_total{method="Attend",backend="paged-cpu"} exported:
+  // no Attend call runs on the KV cache's backend, so only its step and phase children exist.
+  Metrics m({"cpu"}, {{"version", "x"}}, {"paged-cpu", "cpu"});
+  const std::string t = m.Render();
+  EXPECT_NE(t.find("attn_requests_total{backend=\"cpu\",code=\"OK\",method=\"Attend\"}"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("backend=\"paged-cpu\",code=\"OK\",method=\"Attend\""), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("attn_phase_duration_seconds_count{backend=\"paged-cpu\""), std::string::npos)
+      << "the steps' phases are labelled with it";
+  EXPECT_EQ(m.BackendIndex("paged-cpu"), 2);
+  EXPECT_EQ(m.BackendIndex("cpu"), 1) << "a name in both lists is listed once";
+}
+
 }  // namespace
 }  // namespace attn::metrics
