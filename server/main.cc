@@ -241,10 +241,9 @@ int Serve(const attn::ServerConfig& config, const sigset_t& signals,
   step_batching.threads = config.batch_threads > 0 ? config.batch_threads : threads;
   step_batching.max_queued = config.max_queue_requests;
   step_batching.name = "sequence step";
-  // Decode-sized work (at most 16 query tokens in all: a few decode or speculative steps) that
-  // finds the step batcher idle runs on the gRPC thread that read it, without the hand-off to a
-  // batch thread (batch_scheduler.h); bigger or later work is queued and batched as before.
-  step_batching.inline_max_tokens = 16;
+  // Decode-sized work (--inline-step-tokens, 16: a few decode or speculative steps) that finds
+  // the step batcher idle runs on the gRPC thread that read it (batch_scheduler.h).
+  step_batching.inline_max_tokens = config.inline_step_tokens;
   attn::shm::RegionRegistry shm_regions(ShmLimits(config));  // outlives the service
   attn::SequenceServiceImpl sequence_service(&sequences, kv->compute.get(), workers, step_batching);
   sequence_service.SetMaxBatchesInFlight(config.max_batches_in_flight);

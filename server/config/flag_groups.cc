@@ -20,7 +20,7 @@ const std::map<std::string, std::string>& GroupOf() {
           "pinned-staging-bytes", "naive-workspace-bytes"}},
         {"Batching",
          {"max-queue-requests", "max-batch-tokens", "max-batch-requests", "max-queue-delay-us",
-          "batch-threads", "max-batches-in-flight"}},
+          "batch-threads", "max-batches-in-flight", "inline-step-tokens"}},
         {"KV cache & sequences",
          {"kv-cache-bytes", "kv-device", "kv-page-tokens", "kv-chunk-pages", "kv-evict-idle",
           "sequence-ttl-s", "replay-cache-bytes", "sequence-metadata-bytes", "kv-cuda-graphs",

@@ -30,6 +30,9 @@ struct ServerConfig {
   int batch_threads = 0;             ///< executor threads per batching stage; 0 = --threads
   /// ExtendBatchStream: requests of one stream worked on at a time (read, not yet answered).
   int max_batches_in_flight = 4;
+  /// Sequence steps of at most this many query tokens in all that find the step batcher idle run
+  /// on the gRPC thread that read them (batch_scheduler.h's inline runs); 0: always queued.
+  int64_t inline_step_tokens = 16;
   std::string log_level = "info";    ///< trace, debug, info, warn, error, critical, off
   std::string log_format = "text";   ///< text or json
   int device = 0;                    ///< CUDA device index

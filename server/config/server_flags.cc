@@ -141,6 +141,12 @@ void AddWorkerAndBatchingFlags(CLI::App& app, ServerConfig* c) {
                  "one is answered)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--inline-step-tokens", c->inline_step_tokens,
+                 "sequence steps of at most this many query tokens in all (a few decode steps) "
+                 "that find the step batcher idle run on the gRPC thread that read them, "
+                 "without the hand-off to a batch thread; 0: every step is queued")
+      ->check(InRange(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
 }
 
 // Logging, the CUDA device, cuDNN, auto's calibration and the device memory.
