@@ -21,7 +21,8 @@ b=${RUN:-$root/.bundle/attn/run.sh}  # RUN: a launcher taking the binary name fi
 STREAMS=${STREAMS:-64}
 STEPS=${STEPS:-1024}
 # Modes: on (64 per batch, 2 batch threads), on1 (64 per batch, 1 batch thread), on4 (64 per
-# batch, 4 batch threads), off (1 per batch, 2 batch threads). MODES picks (default: on on1 off).
+# batch, 4 batch threads), off (1 per batch, 2 batch threads), on-noinline (on with
+# --inline-step-tokens 0: no step runs on its gRPC thread). MODES picks (default: on on1 off).
 MODES=${MODES:-on on1 off}
 for mode in $MODES; do
   dir=$(mktemp -d)
@@ -30,6 +31,7 @@ for mode in $MODES; do
     on1) batch=(--max-batch-requests 64 --batch-threads 1) ;;
     on4) batch=(--max-batch-requests 64 --batch-threads 4) ;;
     off) batch=(--max-batch-requests 1 --batch-threads 2) ;;
+    on-noinline) batch=(--max-batch-requests 64 --batch-threads 2 --inline-step-tokens 0) ;;
   esac
   "$b" attention-server --listen 127.0.0.1:0 --port-file "$dir/port" --kv-device gpu \
     --kv-cache-bytes $((16 << 30)) --log-level info "${batch[@]}" \
@@ -60,7 +62,7 @@ python3 - "$out" "$STREAMS" <<'PY'
 import json, sys, os
 out, streams = sys.argv[1], int(sys.argv[2])
 res = {}
-for mode in ("on", "on1", "on4", "off"):
+for mode in ("on", "on1", "on4", "off", "on-noinline"):
     if not os.path.exists(os.path.join(out, f"batching-{mode}.json")):
         continue  # not in MODES
     try:

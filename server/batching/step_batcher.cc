@@ -129,11 +129,13 @@ void StepBatcher::LogTotals(const char* what, const Totals& t) {
   auto us = [n](int64_t ns) { return static_cast<double>(ns) / n / 1e3; };
   spdlog::info(
       "{}: {} batches, {:.1f} steps per batch; mean per batch (us): wall {:.1f}, kernels {:.1f}, "
-      "copies {:.1f}; host phases: prepare {:.1f}, launch call {:.1f}, commit {:.1f}; responses "
-      "(responder threads) {:.1f}",
+      "copies {:.1f}; host phases: prepare {:.1f}, launch call {:.1f} (in GPU lanes: pack {:.1f}, "
+      "enqueue {:.1f}, wait {:.1f}, finish {:.1f}), commit {:.1f}; responses (responder threads) "
+      "{:.1f}",
       what, t.batches, static_cast<double>(t.steps) / n, us(t.wall_ns), us(t.launch.kernel_ns),
       us(t.launch.h2d_ns + t.launch.d2h_ns), us(t.phases.prepare_ns), us(t.phases.launch_ns),
-      us(t.phases.commit_ns), us(t.respond_ns));
+      us(t.launch.pack_ns), us(t.launch.enqueue_ns), us(t.launch.wait_ns),
+      us(t.launch.finish_ns), us(t.phases.commit_ns), us(t.respond_ns));
 }
 
 void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {

@@ -104,7 +104,9 @@ Status Lane::Run(RoundTrip& trip, LaneTimes* times) {
 }
 
 Status Lane::RunDirect(RoundTrip& trip, LaneTimes* times) {
+  const auto packing = std::chrono::steady_clock::now();
   trip.Pack(*this);
+  const auto packed = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
   ATTN_RETURN_IF_ERROR(Record(0));
   ATTN_RETURN_IF_ERROR(trip.Upload(*this));
@@ -120,10 +122,11 @@ Status Lane::RunDirect(RoundTrip& trip, LaneTimes* times) {
   ATTN_RETURN_IF_ERROR(Record(2));
   ATTN_RETURN_IF_ERROR(trip.Download(*this));
   ATTN_RETURN_IF_ERROR(Record(3));
-  return Finish(trip, times);
+  return Finish(trip, times, packing, packed, 0);
 }
 
 Status Lane::RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times) {
+  const auto start = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
   cudaGraphExec_t exec = graphs_.Find(key);
   if (exec == nullptr) {
@@ -135,9 +138,12 @@ Status Lane::RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times)
   } else {
     ++graphs_.counts().replays;
   }
+  const auto packing = std::chrono::steady_clock::now();
   trip.Pack(*this);  // the graph's upload reads staging when it runs, after this
+  const auto packed = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
-  return Finish(trip, times);
+  return Finish(trip, times, packing, packed,
+                std::chrono::duration_cast<std::chrono::nanoseconds>(packing - start).count());
 }
 
 // Captures the trip's Upload/Launch/Download (no Pack: capture enqueues nothing that runs) with
@@ -187,8 +193,12 @@ Status Lane::Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused) {
   return Status::Ok();
 }
 
-Status Lane::Finish(RoundTrip& trip, LaneTimes* times) {
+Status Lane::Finish(RoundTrip& trip, LaneTimes* times,
+                    std::chrono::steady_clock::time_point packing,
+                    std::chrono::steady_clock::time_point packed, int64_t before_ns) {
+  const auto enqueued = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  const auto synced = std::chrono::steady_clock::now();
   if (times != nullptr) {
     float* out[3] = {&times->h2d_ms, &times->kernel_ms, &times->d2h_ms};
     for (int i = 0; i < 3; ++i) {
@@ -201,6 +211,15 @@ Status Lane::Finish(RoundTrip& trip, LaneTimes* times) {
     }
   }
   trip.Finish(*this);
+  if (times != nullptr) {
+    auto ns = [](std::chrono::steady_clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    times->pack_ns = ns(packed - packing);
+    times->enqueue_ns = before_ns + ns(enqueued - packed);
+    times->wait_ns = ns(synced - enqueued);
+    times->finish_ns = ns(std::chrono::steady_clock::now() - synced);
+  }
   return Status::Ok();
 }
 

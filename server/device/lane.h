@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,11 +40,15 @@
 
 namespace attn {
 
-/// Device time of one round trip's phases, in milliseconds (CUDA events, ~0.5 µs resolution).
+/// Device time of one round trip's phases, in milliseconds (CUDA events, ~0.5 µs resolution),
+/// and the host's time in the trip, in nanoseconds (steady clock): packing the inputs, enqueuing
+/// the copies and launches (or the graph launch; a capture included), waiting in
+/// cudaStreamSynchronize, and reading the events and unpacking the outputs (Finish).
 struct LaneTimes {
   float h2d_ms = 0.f;
   float kernel_ms = 0.f;
   float d2h_ms = 0.f;
+  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0;
 };
 
 class Lane;
@@ -134,7 +139,10 @@ class Lane {
   Status RunDirect(RoundTrip& trip, LaneTimes* times);
   Status RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times);
   Status Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused);
-  Status Finish(RoundTrip& trip, LaneTimes* times);
+  /// Waits for the trip, reads its events and runs trip.Finish; `packing` and `packed` are when
+  /// Pack started and ended, `before_ns` host time spent on the trip before Pack (a capture).
+  Status Finish(RoundTrip& trip, LaneTimes* times, std::chrono::steady_clock::time_point packing,
+                std::chrono::steady_clock::time_point packed, int64_t before_ns);
 
   const int device_;
   const bool growable_;

@@ -192,6 +192,10 @@ Status GpuPagedAttention::Run(PagedAppendJob *a, PagedAttendJob *t, LaunchTimes 
     times->h2d_ns += static_cast<int64_t>(lt.h2d_ms * 1e6);
     times->kernel_ns += static_cast<int64_t>(lt.kernel_ms * 1e6);
     times->d2h_ns += static_cast<int64_t>(lt.d2h_ms * 1e6);
+    times->pack_ns += lt.pack_ns;
+    times->enqueue_ns += lt.enqueue_ns;
+    times->wait_ns += lt.wait_ns;
+    times->finish_ns += lt.finish_ns;
   }
   return Status::Ok();
 }

@@ -86,10 +86,17 @@ struct LaunchTimes {
   int64_t kernel_ns = 0;
   int64_t h2d_ns = 0;
   int64_t d2h_ns = 0;
+  /// The host's time inside the GPU lanes' round trips (device/lane.h LaneTimes): packing,
+  /// enqueuing, waiting for the device, unpacking. 0 on the cpu backend.
+  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0;
   LaunchTimes &operator+=(const LaunchTimes &o) {
     kernel_ns += o.kernel_ns;
     h2d_ns += o.h2d_ns;
     d2h_ns += o.d2h_ns;
+    pack_ns += o.pack_ns;
+    enqueue_ns += o.enqueue_ns;
+    wait_ns += o.wait_ns;
+    finish_ns += o.finish_ns;
     return *this;
   }
 };
