@@ -34,7 +34,8 @@
 //
 // Usage: attn_decode_bench [--sizes=1024,8192,32768] [--reps=7] [--target-ms=25] [--quick]
 //          [--graph-sizes=1,8,64] [--graph-iters=400] [--no-graph] [--partitions=N]
-// --partitions=N forces N KV partitions on the decode table's plans (A/B of the plan's choice).
+// --partitions=N forces N KV partitions on the decode table's and the graph measurement's plans
+// (A/B of the plan's choice).
 //          [--json-dir=DIR]... [--command=STRING]
 //        attn_decode_bench --prefill [--prefill-shapes=B:T:S,...] [--reps=7] [--target-ms=25]
 //          [--quick] [--json-dir=DIR]... [--command=STRING]
@@ -1108,7 +1109,9 @@ bool RunGraph(int64_t B, const Options& opt, cudaStream_t stream,
   shape.page_tokens = PT;
   shape.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H)));
   shape.return_lse = true;
-  StatusOr<PagedDecodePlan> plan = PagedDecodePlanFor(shape, 0);
+  PagedDecodeOptions gopt;
+  gopt.partitions = opt.partitions;  // 0: the plan's choice
+  StatusOr<PagedDecodePlan> plan = PagedDecodePlanFor(shape, 0, gopt);
   CHECK_OK(plan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, plan->workspace_bytes)));
   CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes)));  // counters

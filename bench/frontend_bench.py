@@ -314,7 +314,7 @@ def table(doc, layers):
                 continue
             lm, sm = lc["step_ms"]["p50"], c["step_ms"]["p50"]
             dc = c["decode_layer_calls"] or {}
-            f = (lambda k, q="p50": dc.get(k, {}).get(q, 0) / 1e3) if dc else (lambda *x: 0)
+            f = (lambda k, q="p50": (dc.get(k) or {}).get(q, 0) / 1e3) if dc else (lambda *x: 0)
             rows.append((label, c["prompt"], c["batch"], f"{lm:.2f}", f"{sm:.2f}",
                          f"{(sm - lm) / layers:.3f}",
                          f"{c['batch'] * 1e3 / lc['step_ms']['mean']:.0f}",

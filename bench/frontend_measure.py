@@ -199,7 +199,10 @@ def call_breakdown(timings):
                                                for t in timings])}
     for phase in ("decode", "queue", "host_to_device", "kernel", "device_to_host", "encode",
                   "total"):
-        out[f"server_{phase}_us"] = summary([t.server.get(phase, 0) for t in timings])
+        # device phases are absent from calls the server did not time (--kv-timing-every)
+        device = phase in ("host_to_device", "kernel", "device_to_host")
+        out[f"server_{phase}_us"] = summary([t.server.get(phase, 0) for t in timings
+                                             if not device or phase in t.server])
     for phase in ("gather", "encode", "rpc", "decode", "scatter"):  # CallTiming.client
         out[f"client_{phase}_us"] = summary([t.client.get(f"{phase}_us", 0) for t in timings])
     return out

@@ -46,6 +46,9 @@ void SessionStats::Server(const av1::ExecutionReport& report, bool prefill) {
   const auto& t = report.times();
   if (t.batch_us() > 0) {
     server_batch_us.Record(t.batch_us());
+    // A step the server ran without device timing (--kv-timing-every) has no kernel or copy
+    // time: it counts toward the batch wall time only.
+    if (t.device_untimed()) return;
     server_batch_kernel_us.Record(std::max<int64_t>(t.batch_kernel_us(), 0));
     server_overhead_us.Record(std::max<int64_t>(t.batch_us() - t.batch_kernel_us(), 0));
     server_copy_us.Record(std::max<int64_t>(t.host_to_device_us(), 0) +

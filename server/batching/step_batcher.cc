@@ -127,15 +127,19 @@ void StepBatcher::Stop() {
 void StepBatcher::LogTotals(const char* what, const Totals& t) {
   const double n = static_cast<double>(t.batches);
   auto us = [n](int64_t ns) { return static_cast<double>(ns) / n / 1e3; };
+  const double timed = static_cast<double>(std::max<int64_t>(t.timed_batches, 1));
+  auto timed_us = [timed](int64_t ns) { return static_cast<double>(ns) / timed / 1e3; };
   spdlog::info(
       "{}: {} batches, {:.1f} steps per batch; mean per batch (us): wall {:.1f}, kernels {:.1f}, "
-      "copies {:.1f}; host phases: prepare {:.1f}, launch call {:.1f} (in GPU lanes: pack {:.1f}, "
-      "enqueue {:.1f}, wait {:.1f}, finish {:.1f}), commit {:.1f}; responses (responder threads) "
-      "{:.1f}",
-      what, t.batches, static_cast<double>(t.steps) / n, us(t.wall_ns), us(t.launch.kernel_ns),
-      us(t.launch.h2d_ns + t.launch.d2h_ns), us(t.phases.prepare_ns), us(t.phases.launch_ns),
-      us(t.launch.pack_ns), us(t.launch.enqueue_ns), us(t.launch.wait_ns),
-      us(t.launch.finish_ns), us(t.phases.commit_ns), us(t.respond_ns));
+      "copies {:.1f} (device times of the {} timed batches); host phases: prepare {:.1f}, launch "
+      "call {:.1f} (in GPU lanes: pack {:.1f}, enqueue {:.1f} of which cudaGraphLaunch {:.1f}, "
+      "wait {:.1f}, finish {:.1f}, graph captures {:.1f}), commit {:.1f}; responses (responder "
+      "threads) {:.1f}",
+      what, t.batches, static_cast<double>(t.steps) / n, us(t.wall_ns), timed_us(t.timed_kernel_ns),
+      timed_us(t.timed_copy_ns), t.timed_batches, us(t.phases.prepare_ns), us(t.phases.launch_ns),
+      us(t.launch.pack_ns), us(t.launch.enqueue_ns), us(t.launch.graph_launch_ns),
+      us(t.launch.wait_ns), us(t.launch.finish_ns), us(t.launch.capture_ns),
+      us(t.phases.commit_ns), us(t.respond_ns));
 }
 
 void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
@@ -190,6 +194,11 @@ void StepBatcher::Run(std::vector<std::unique_ptr<BatchItem>>& batch) {
       t->wall_ns += wall_ns;
       t->launch += f->total;
       t->phases += phases;
+      if (f->total.device_timed()) {
+        ++t->timed_batches;
+        t->timed_kernel_ns += f->total.kernel_ns;
+        t->timed_copy_ns += f->total.h2d_ns + f->total.d2h_ns;
+      }
     }
   }
   spdlog::trace(
@@ -236,7 +245,7 @@ void StepBatcher::Respond(Finished& f, size_t begin, size_t end) {
     r.decode_us = std::max<int64_t>(0, Us(it->req.received, it->queued_at));
     r.queue_us = std::max<int64_t>(0, it->dequeued_us - it->enqueued_us);
     r.batch_us = f.batch_us;
-    r.batch_kernel_us = f.total.kernel_ns / 1000;
+    r.batch_kernel_us = f.total.device_timed() ? f.total.kernel_ns / 1000 : 0;
     it->req.done(std::move(r));
   }
   const int64_t ns =

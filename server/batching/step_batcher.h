@@ -117,6 +117,8 @@ class StepBatcher {
     int64_t batches = 0, steps = 0, wall_ns = 0, respond_ns = 0;
     LaunchTimes launch;
     StepPhases phases;
+    // Batches whose launches all measured device times, and those times (--kv-timing-every).
+    int64_t timed_batches = 0, timed_kernel_ns = 0, timed_copy_ns = 0;
   };
   void Run(std::vector<std::unique_ptr<BatchItem>>& batch);
   /// Calls the completion callbacks of items [begin, end) of a finished batch.

@@ -24,7 +24,7 @@ const std::map<std::string, std::string>& GroupOf() {
         {"KV cache & sequences",
          {"kv-cache-bytes", "kv-device", "kv-page-tokens", "kv-chunk-pages", "kv-evict-idle",
           "sequence-ttl-s", "replay-cache-bytes", "sequence-metadata-bytes", "kv-cuda-graphs",
-          "kv-debug-poison"}},
+          "kv-timing-every", "kv-debug-poison"}},
         {"Limits & hostile clients",
          {"max-message-bytes", "max-tensor-elements", "max-sequences-per-identity",
           "max-pages-per-identity", "max-cpu-score-pairs", "max-gpu-flops", "grpc-memory-bytes",

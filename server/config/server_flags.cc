@@ -279,6 +279,13 @@ void AddKvCacheFlags(CLI::App& app, ServerConfig* c) {
                  "GPU KV cache: run steps without prefill (decode, appends; device buffer up to "
                  "8 MiB) as CUDA graphs captured once per launch layout and replayed (on, off)")
       ->default_str("on");
+  app.add_option("--kv-timing-every", c->kv_timing_every,
+                 "GPU KV cache with CUDA graphs: time the copies and kernels of one replayed "
+                 "graph in N per lane (CUDA event nodes cost ~4 us of launch and ~11 us of the "
+                 "round trip on an H200); the other steps report no device times "
+                 "(PhaseTimes.device_untimed); 1: every step")
+      ->check(InRange(1, 1 << 20))
+      ->capture_default_str();
   app.add_flag("--kv-debug-poison", c->kv_debug_poison,
                "debug: fill unused and freed KV pages with NaN");
   // Tests only, hidden from --help (empty group): the Nth backend Execute and every later one

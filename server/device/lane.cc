@@ -99,14 +99,15 @@ Status Lane::Record(int i) {
 
 Status Lane::Run(RoundTrip& trip, LaneTimes* times) {
   std::string key;
-  if (graphs_on_ && trip.GraphKey(*this, &key)) return RunGraph(trip, key, times);
+  if (graphs_on_ && trip.GraphKey(*this, &key)) return RunGraph(trip, &key, times);
   return RunDirect(trip, times);
 }
 
 Status Lane::RunDirect(RoundTrip& trip, LaneTimes* times) {
-  const auto packing = std::chrono::steady_clock::now();
+  HostMarks marks;
+  marks.packing = std::chrono::steady_clock::now();
   trip.Pack(*this);
-  const auto packed = std::chrono::steady_clock::now();
+  marks.packed = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
   ATTN_RETURN_IF_ERROR(Record(0));
   ATTN_RETURN_IF_ERROR(trip.Upload(*this));
@@ -122,35 +123,49 @@ Status Lane::RunDirect(RoundTrip& trip, LaneTimes* times) {
   ATTN_RETURN_IF_ERROR(Record(2));
   ATTN_RETURN_IF_ERROR(trip.Download(*this));
   ATTN_RETURN_IF_ERROR(Record(3));
-  return Finish(trip, times, packing, packed, 0);
+  return Finish(trip, times, marks, /*timed=*/true);
 }
 
-Status Lane::RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times) {
+Status Lane::RunGraph(RoundTrip& trip, std::string* key, LaneTimes* times) {
   const auto start = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
-  cudaGraphExec_t exec = graphs_.Find(key);
+  // One graph trip in timing_every_ replays the graph with the event nodes (the first one of
+  // a lane included, so a lane's first trips are timed).
+  const bool timed =
+      timing_every_ <= 1 || graph_trips_ % static_cast<uint64_t>(timing_every_) == 0;
+  ++graph_trips_;
+  key->push_back(timed ? 'T' : 'U');
+  HostMarks marks;
+  cudaGraphExec_t exec = graphs_.Find(*key);
   if (exec == nullptr) {
     bool refused = false;
-    ATTN_RETURN_IF_ERROR(Capture(trip, &exec, &refused));
+    ATTN_RETURN_IF_ERROR(Capture(trip, timed, &exec, &refused));
     if (refused) return RunDirect(trip, times);  // graphs are off on this lane from now on
-    graphs_.Insert(key, exec);
+    graphs_.Insert(*key, exec);
     ++graphs_.counts().captures;
+    marks.capture_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
   } else {
     ++graphs_.counts().replays;
   }
-  const auto packing = std::chrono::steady_clock::now();
+  marks.packing = std::chrono::steady_clock::now();
   trip.Pack(*this);  // the graph's upload reads staging when it runs, after this
-  const auto packed = std::chrono::steady_clock::now();
+  marks.packed = std::chrono::steady_clock::now();
+  marks.before_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(marks.packing - start).count();
   ATTN_RETURN_IF_ERROR(Check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
-  return Finish(trip, times, packing, packed,
-                std::chrono::duration_cast<std::chrono::nanoseconds>(packing - start).count());
+  marks.graph_launch_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - marks.packed)
+                              .count();
+  return Finish(trip, times, marks, timed);
 }
 
-// Captures the trip's Upload/Launch/Download (no Pack: capture enqueues nothing that runs) with
-// the four events as external event-record nodes. A Launch refused with INVALID_ARGUMENT
-// returns it (nothing ran; the device stays healthy); a capture or instantiation the driver
-// refuses sets *refused, turns graphs off on this lane and logs why.
-Status Lane::Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused) {
+// Captures the trip's Upload/Launch/Download (no Pack: capture enqueues nothing that runs), with
+// the four events as external event-record nodes when `timed`. A Launch refused with
+// INVALID_ARGUMENT returns it (nothing ran; the device stays healthy); a capture or instantiation
+// the driver refuses sets *refused, turns graphs off on this lane and logs why.
+Status Lane::Capture(RoundTrip& trip, bool timed, cudaGraphExec_t* exec, bool* refused) {
   *exec = nullptr;
   cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
   auto refuse = [&](const char* what, cudaError_t err) {
@@ -163,7 +178,8 @@ Status Lane::Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused) {
     return Status::Ok();
   };
   if (e != cudaSuccess) return refuse("cudaStreamBeginCapture", e);
-  auto record = [this](int i) {
+  auto record = [this, timed](int i) {
+    if (!timed) return Status::Ok();
     return Check(cudaEventRecordWithFlags(events_[i], stream_, cudaEventRecordExternal),
                  "cudaEventRecordWithFlags (capture)");
   };
@@ -193,17 +209,16 @@ Status Lane::Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused) {
   return Status::Ok();
 }
 
-Status Lane::Finish(RoundTrip& trip, LaneTimes* times,
-                    std::chrono::steady_clock::time_point packing,
-                    std::chrono::steady_clock::time_point packed, int64_t before_ns) {
+Status Lane::Finish(RoundTrip& trip, LaneTimes* times, const HostMarks& marks, bool timed) {
   const auto enqueued = std::chrono::steady_clock::now();
   ATTN_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
   const auto synced = std::chrono::steady_clock::now();
   if (times != nullptr) {
+    times->timed = timed;
     float* out[3] = {&times->h2d_ms, &times->kernel_ms, &times->d2h_ms};
     for (int i = 0; i < 3; ++i) {
       float ms = 0.f;
-      if (cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) != cudaSuccess) {
+      if (timed && cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) != cudaSuccess) {
         (void)cudaGetLastError();  // timing only: never fails the call
         ms = 0.f;
       }
@@ -215,8 +230,10 @@ Status Lane::Finish(RoundTrip& trip, LaneTimes* times,
     auto ns = [](std::chrono::steady_clock::duration d) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
     };
-    times->pack_ns = ns(packed - packing);
-    times->enqueue_ns = before_ns + ns(enqueued - packed);
+    times->pack_ns = ns(marks.packed - marks.packing);
+    times->capture_ns = marks.capture_ns;
+    times->graph_launch_ns = marks.graph_launch_ns;
+    times->enqueue_ns = marks.before_ns - marks.capture_ns + ns(enqueued - marks.packed);
     times->wait_ns = ns(synced - enqueued);
     times->finish_ns = ns(std::chrono::steady_clock::now() - synced);
   }
@@ -242,6 +259,13 @@ void LaneSet::SetGraphs(bool on) {
   }
 }
 
+void LaneSet::SetTimingEvery(int n) {
+  for (auto& slot : lanes_) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->lane->set_timing_every(n);
+  }
+}
+
 GraphCounts LaneSet::SumGraphCounts() {
   GraphCounts sum;
   for (auto& slot : lanes_) {
@@ -256,14 +280,11 @@ GraphCounts LaneSet::SumGraphCounts() {
 }
 
 LaneLease LaneSet::Acquire() {
-  const size_t n = lanes_.size();
-  const size_t start = next_.fetch_add(1, std::memory_order_relaxed) % n;
-  for (size_t k = 0; k < n; ++k) {
-    Slot* s = lanes_[(start + k) % n].get();
-    std::unique_lock<std::mutex> lock(s->mu, std::try_to_lock);
-    if (lock.owns_lock()) return LaneLease{s->lane.get(), std::move(lock)};
+  for (auto& slot : lanes_) {
+    std::unique_lock<std::mutex> lock(slot->mu, std::try_to_lock);
+    if (lock.owns_lock()) return LaneLease{slot->lane.get(), std::move(lock)};
   }
-  Slot* s = lanes_[start].get();
+  Slot* s = lanes_[next_.fetch_add(1, std::memory_order_relaxed) % lanes_.size()].get();
   return LaneLease{s->lane.get(), std::unique_lock<std::mutex>(s->mu)};
 }
 

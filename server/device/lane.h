@@ -19,6 +19,12 @@
 // the nodes on the device. Such a trip's device buffer is the lane's scratch (ReserveScratch),
 // so the addresses its graph names stay put; growing the scratch or the staging drops the
 // lane's graphs.
+// Device timing of replays (--kv-timing-every): a graph's four event-record nodes cost ~4 us
+// of cudaGraphLaunch and ~11 us of the trip on an H200 (bench/graph_launch_bench.cu, device call
+// G2), while plain stream event records cost nothing measurable. So with set_timing_every(n > 1)
+// a key has two graphs: one with the event nodes, replayed on one graph trip in n (the lane's
+// count), and one without, whose trips report no device times (LaneTimes::timed false). Plain
+// launches (graphs off, or a trip without a key) are always timed.
 // CUDA builds only. Thread-safety: a Lane is used by the one caller that holds its lease;
 // LaneSet::Acquire is thread-safe.
 #pragma once
@@ -43,12 +49,18 @@ namespace attn {
 /// Device time of one round trip's phases, in milliseconds (CUDA events, ~0.5 µs resolution),
 /// and the host's time in the trip, in nanoseconds (steady clock): packing the inputs, enqueuing
 /// the copies and launches (or the graph launch; a capture included), waiting in
-/// cudaStreamSynchronize, and reading the events and unpacking the outputs (Finish).
+/// cudaStreamSynchronize, and reading the events and unpacking the outputs (Finish); a trip
+/// that captured its graph has the capture and instantiation in capture_ns, not in enqueue_ns;
+/// graph_launch_ns is the cudaGraphLaunch call alone (part of enqueue_ns; 0 for plain launches).
+/// `timed` false: a graph replayed without its event nodes (see the file comment); the three
+/// device times are then 0 and mean "not measured".
 struct LaneTimes {
   float h2d_ms = 0.f;
   float kernel_ms = 0.f;
   float d2h_ms = 0.f;
-  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0;
+  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0, capture_ns = 0;
+  int64_t graph_launch_ns = 0;
+  bool timed = true;
 };
 
 class Lane;
@@ -116,6 +128,10 @@ class Lane {
   /// Turns replaying graphs on or off (off by default; off drops the cached graphs).
   void set_graphs(bool on);
   bool graphs() const { return graphs_on_; }
+  /// Graph trips run with device timing once in `n` (>= 1; 1, the default: every trip); the
+  /// others replay the key's graph without event nodes (see the file comment).
+  void set_timing_every(int n) { timing_every_ = n < 1 ? 1 : n; }
+  int timing_every() const { return timing_every_; }
   const GraphCounts& graph_counts() const { return graphs_.counts(); }
 
   /// Ok for cudaSuccess; else clears CUDA's last error, latches "what: error" and returns
@@ -137,12 +153,17 @@ class Lane {
   Status Record(int i);
   // Run's parts: the plain launches, and the graph of `key` (captured first on a miss).
   Status RunDirect(RoundTrip& trip, LaneTimes* times);
-  Status RunGraph(RoundTrip& trip, const std::string& key, LaneTimes* times);
-  Status Capture(RoundTrip& trip, cudaGraphExec_t* exec, bool* refused);
-  /// Waits for the trip, reads its events and runs trip.Finish; `packing` and `packed` are when
-  /// Pack started and ended, `before_ns` host time spent on the trip before Pack (a capture).
-  Status Finish(RoundTrip& trip, LaneTimes* times, std::chrono::steady_clock::time_point packing,
-                std::chrono::steady_clock::time_point packed, int64_t before_ns);
+  Status RunGraph(RoundTrip& trip, std::string* key, LaneTimes* times);
+  /// `timed`: with the four events as event-record nodes.
+  Status Capture(RoundTrip& trip, bool timed, cudaGraphExec_t* exec, bool* refused);
+  /// Waits for the trip, reads its events (when `timed`) and runs trip.Finish; `packing` and
+  /// `packed` are when Pack started and ended; `before_ns` the host time spent on the trip
+  /// before Pack (finding the graph), `capture_ns` the part of it that captured one.
+  struct HostMarks {
+    std::chrono::steady_clock::time_point packing, packed;
+    int64_t before_ns = 0, capture_ns = 0, graph_launch_ns = 0;
+  };
+  Status Finish(RoundTrip& trip, LaneTimes* times, const HostMarks& marks, bool timed);
 
   const int device_;
   const bool growable_;
@@ -154,6 +175,8 @@ class Lane {
   uint64_t staging_bytes_ = 0;
   DeviceAllocation scratch_;
   bool graphs_on_ = false;
+  int timing_every_ = 1;
+  uint64_t graph_trips_ = 0;  // graph trips since the lane was made (the timing sample's count)
   GraphCache graphs_{kGraphsPerLane};
 };
 
@@ -171,13 +194,16 @@ class LaneSet {
       : latch_(std::move(error_prefix), std::move(faulted_prefix)) {}
   /// Adds `count` lanes (>= 1) made by Lane::Create with these arguments. Call before use.
   Status Add(int count, int device, uint64_t staging_bytes, bool growable, const std::string& who);
-  /// Takes a free lane (trying each once from a rotating start), else waits for one.
+  /// Takes the first free lane in order (so a caller alone keeps reusing lane 0 and its
+  /// captured graphs: each lane captures its own), else waits for one (rotating which).
   LaneLease Acquire();
   FaultLatch& latch() { return latch_; }
   const FaultLatch& latch() const { return latch_; }
   size_t size() const { return lanes_.size(); }
   /// set_graphs on every lane.
   void SetGraphs(bool on);
+  /// set_timing_every on every lane.
+  void SetTimingEvery(int n);
   /// The lanes' graph counters, summed (takes each lane's lock).
   GraphCounts SumGraphCounts();
 

@@ -69,6 +69,9 @@ struct ExtendOutcome {
   int64_t kernel_us = 0;
   int64_t h2d_us = 0;
   int64_t d2h_us = 0;
+  /// False when the launch group ran without device timing (a CUDA graph replayed without its
+  /// event nodes, --kv-timing-every): the three times above are then 0, "not measured".
+  bool device_timed = true;
   int32_t num_heads = 0;
   int32_t head_dim = 0;
   kernels::DType dtype = kernels::DType::kFloat32;

@@ -44,6 +44,7 @@ void FillExecutionReport(const StepResult& result, const std::string& backend,
   t->set_device_to_host_us(out.d2h_us);
   t->set_batch_us(result.batch_us);
   t->set_batch_kernel_us(result.batch_kernel_us);
+  t->set_device_untimed(!out.device_timed);
   t->set_total_us(std::chrono::duration_cast<std::chrono::microseconds>(
                       std::chrono::steady_clock::now() - received)
                       .count());

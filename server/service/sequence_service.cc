@@ -153,9 +153,11 @@ void SequenceServiceImpl::InstrumentStep(metrics::Method method, StepRequest *r)
       const ExtendOutcome &out = result.outcome;
       m->ObservePhase(b, metrics::Phase::kDecode, static_cast<double>(result.decode_us) * 1e-6);
       m->ObservePhase(b, metrics::Phase::kQueue, static_cast<double>(result.queue_us) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kHostToDevice, static_cast<double>(out.h2d_us) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(out.kernel_us) * 1e-6);
-      m->ObservePhase(b, metrics::Phase::kDeviceToHost, static_cast<double>(out.d2h_us) * 1e-6);
+      if (out.device_timed) {  // else not measured (--kv-timing-every)
+        m->ObservePhase(b, metrics::Phase::kHostToDevice, static_cast<double>(out.h2d_us) * 1e-6);
+        m->ObservePhase(b, metrics::Phase::kKernel, static_cast<double>(out.kernel_us) * 1e-6);
+        m->ObservePhase(b, metrics::Phase::kDeviceToHost, static_cast<double>(out.d2h_us) * 1e-6);
+      }
     }
     done(std::move(result));
   };

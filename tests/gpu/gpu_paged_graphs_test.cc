@@ -8,7 +8,9 @@
 // batch size (1 and 3 steps per call) and append-only steps (an append-only trip has a graph of
 // its own); with 16-bit and FP8 pages. A stale graph replayed across any of these gives another
 // result and fails. The graph side must have replayed graphs (hits) and captured fewer than
-// it ran; the plain side must have neither.
+// it ran; the plain side must have neither. A third side replays with device timing on one trip
+// in three (--kv-timing-every 3): its outputs match too, its untimed steps report no device
+// times (ExtendOutcome::device_timed false, times 0) and the others report them.
 // ctest label `gpu`; skips without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -42,6 +44,8 @@ using paged_test::SequenceConfigFor;
 
 constexpr int64_t kPoolBytes = 256ll << 20;
 constexpr int32_t kPageTokens = 16;
+constexpr int kSides = 3;         // graphs off; graphs on; graphs on, timed one trip in three
+constexpr int kTimingEvery = 3;
 
 /// One GPU KV cache with graphs on or off.
 struct Side {
@@ -66,13 +70,14 @@ class GpuPagedGraphsTest : public ::testing::Test {
     auto dev = DevicePool::Create(0, 0.05);
     ASSERT_TRUE(dev.ok()) << dev.status().ToString();
     device_pool_ = std::move(*dev);
-    for (int g = 0; g < 2; ++g) {
+    for (int g = 0; g < kSides; ++g) {
       Side &s = sides_[g];
       auto mem = DeviceKvMemory::Create(device_pool_.get(), kPoolBytes);
       ASSERT_TRUE(mem.ok()) << mem.status().ToString();
       s.memory = std::move(*mem);
       auto compute = GpuPagedAttention::Create(0, device_pool_.get(),
-                                               GpuPagedAttention::kDefaultLanes, g == 1);
+                                               GpuPagedAttention::kDefaultLanes, g >= 1,
+                                               g == 2 ? kTimingEvery : 1);
       ASSERT_TRUE(compute.ok()) << compute.status().ToString();
       s.compute = std::move(*compute);
       s.pages = std::make_unique<PagePool>(s.memory.get(), PagePoolOptions{kPageTokens, 8, true});
@@ -81,12 +86,12 @@ class GpuPagedGraphsTest : public ::testing::Test {
   }
 
   /// Runs `steps` (positions already set; sequence ids per side in ids[side][j]) as one batch
-  /// on both sides and checks that every output is bit-identical.
+  /// on every side and checks that every output is bit-identical to the plain side's.
   void RunBoth(std::vector<OwnedStep> &steps, const std::vector<int> &seqs,
-               std::string ids[2][3], const std::string &what) {
-    std::string outs[2][3];
+               std::string ids[kSides][3], const std::string &what) {
+    std::string outs[kSides][3];
     const std::string owner = "test";
-    for (int side = 0; side < 2; ++side) {
+    for (int side = 0; side < kSides; ++side) {
       std::vector<ExtendArgs> args(steps.size());
       std::vector<BatchedExtend> batch(steps.size());
       std::vector<ExtendOutcome> outcomes(steps.size());
@@ -102,19 +107,32 @@ class GpuPagedGraphsTest : public ::testing::Test {
                      batch.size());
       for (size_t j = 0; j < steps.size(); ++j) {
         ASSERT_TRUE(batch[j].status.ok())
-            << what << (side ? " graphs" : " plain") << " step " << j << ": "
-            << batch[j].status.ToString();
+            << what << " side " << side << " step " << j << ": " << batch[j].status.ToString();
+        const ExtendOutcome &o = outcomes[j];
+        if (o.device_timed) {
+          ++timed_[side];
+          if (!steps[j].args.append_only) {
+            EXPECT_GT(o.kernel_us + o.h2d_us + o.d2h_us, 0) << what << " side " << side;
+          }
+        } else {
+          ++untimed_[side];
+          EXPECT_EQ(o.kernel_us + o.h2d_us + o.d2h_us, 0) << what << ": untimed, yet times";
+        }
       }
     }
-    for (size_t j = 0; j < steps.size(); ++j) {
-      ASSERT_EQ(outs[0][j].size(), outs[1][j].size()) << what << " step " << j;
-      ASSERT_EQ(std::memcmp(outs[0][j].data(), outs[1][j].data(), outs[0][j].size()), 0)
-          << what << " step " << j << ": the graph replay differs from the plain launches";
+    for (int side = 1; side < kSides; ++side) {
+      for (size_t j = 0; j < steps.size(); ++j) {
+        ASSERT_EQ(outs[0][j].size(), outs[side][j].size()) << what << " step " << j;
+        ASSERT_EQ(std::memcmp(outs[0][j].data(), outs[side][j].data(), outs[0][j].size()), 0)
+            << what << " side " << side << " step " << j
+            << ": the graph replay differs from the plain launches";
+      }
     }
   }
 
   std::unique_ptr<DevicePool> device_pool_;
-  Side sides_[2];  // [0]: graphs off, [1]: graphs on
+  Side sides_[kSides];  // [0]: graphs off, [1]: graphs on, [2]: on, timed 1 trip in 3
+  int64_t timed_[kSides] = {}, untimed_[kSides] = {};  // steps by ExtendOutcome::device_timed
 };
 
 TEST_F(GpuPagedGraphsTest, ReplaysMatchPlainLaunchesAcrossEveryLayoutBoundary) {
@@ -128,8 +146,8 @@ TEST_F(GpuPagedGraphsTest, ReplaysMatchPlainLaunchesAcrossEveryLayoutBoundary) {
     const std::string name = std::string(kernels::DTypeName(c.dtype)) + "/" +
                              kernels::DTypeName(c.kv_dtype) + " N" + std::to_string(c.num_heads);
     const SequenceConfig sc = SequenceConfigFor(c, 1);
-    std::string ids[2][3];
-    for (int side = 0; side < 2; ++side) {
+    std::string ids[kSides][3];
+    for (int side = 0; side < kSides; ++side) {
       for (int j = 0; j < 3; ++j) {
         auto created = sides_[side].store->Create("test", sc);
         ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -182,7 +200,18 @@ TEST_F(GpuPagedGraphsTest, ReplaysMatchPlainLaunchesAcrossEveryLayoutBoundary) {
                               "need a graph of their own";
     const GraphCounts plain = sides_[0].compute->graph_counts();
     EXPECT_EQ(plain.replays + plain.captures, 0) << "graphs off: no graph";
-    for (int side = 0; side < 2; ++side) {
+    EXPECT_EQ(untimed_[0] + untimed_[1], 0) << "timing on every trip: every step is timed";
+    // Side 2 times one graph trip in three per lane (lanes are taken first-free, so one caller
+    // keeps lane 0): about a third of its steps are timed.
+    std::printf("  %-24s timed one trip in %d: %lld steps timed, %lld untimed\n", name.c_str(),
+                kTimingEvery, static_cast<long long>(timed_[2]),
+                static_cast<long long>(untimed_[2]));
+    EXPECT_GT(timed_[2], 0) << name;
+    // Decode plans are made once per shape band and reused (DecodePlanCache).
+    EXPECT_GT(sides_[1].compute->plans().hits(), 10 * sides_[1].compute->plans().misses())
+        << name;
+    EXPECT_GT(untimed_[2], timed_[2]) << name << ": most replays run without the event nodes";
+    for (int side = 0; side < kSides; ++side) {
       for (int j = 0; j < 3; ++j) {
         ASSERT_TRUE(sides_[side].store->Release(ids[side][j], "test", nullptr).ok());
       }

@@ -214,6 +214,24 @@ def test_decoder_equals_protobuf(n, unknown):
         assert msg.HasField("response") == w.HasField("response")
 
 
+def test_untimed_steps_report_no_device_phases():
+    """PhaseTimes.device_untimed (a GPU step replayed without timing events) reaches
+    Report.device_timed, and a layer call's server phases leave its device phases out."""
+    from attention_client.layer_calls import _merge_server
+    from attention_client.report import Report
+    times = pb.PhaseTimes(kernel_us=0, queue_us=4, total_us=80, device_untimed=True)
+    untimed = Report.from_pb(pb.ExecutionReport(backend="paged-gpu", times=times))
+    timed = Report.from_pb(pb.ExecutionReport(
+        backend="paged-gpu", times=pb.PhaseTimes(kernel_us=16, queue_us=2, total_us=90)))
+    assert not untimed.device_timed and timed.device_timed
+    server = {}
+    _merge_server(server, untimed)
+    assert "kernel" not in server and "host_to_device" not in server
+    assert server["queue"] == 4 and server["total"] == 80
+    _merge_server(server, timed)
+    assert server["kernel"] == 16 and server["total"] == 90
+
+
 def test_decoder_repeated_occurrences_merge_like_protobuf():
     rng = random.Random(5)
     buf = sample_reply(rng, 4, True, data_twice=True)

@@ -107,6 +107,21 @@ TEST(ServerFlagsBatchStream, MaxBatchesInFlightDefaultsToFourWithinOneTo1024) {
   }
 }
 
+TEST(ServerFlagsKvTiming, TimesOneGraphTripInSixteenByDefaultWithinOneTo2To20) {
+  ServerConfig d;
+  std::string out;
+  ASSERT_EQ(ParseCaptured({}, &d, &out), -1) << out;
+  EXPECT_EQ(d.kv_timing_every, 16);
+  ServerConfig c;
+  ASSERT_EQ(ParseCaptured({"--kv-timing-every", "1"}, &c, &out), -1) << out;
+  EXPECT_EQ(c.kv_timing_every, 1);  // every trip timed, as before the flag
+  for (const char *bad : {"0", "-3", "1048577", "x"}) {
+    ServerConfig e;
+    EXPECT_GT(ParseCaptured({"--kv-timing-every", bad}, &e, &out), 0) << bad;
+    EXPECT_NE(out.find("--kv-timing-every"), std::string::npos) << out;
+  }
+}
+
 TEST(ServerFlagsConnectionAge, OffByDefaultAndSetFromFlagsOrVariables) {
   ServerConfig d;
   std::string out;

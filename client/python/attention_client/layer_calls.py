@@ -37,7 +37,8 @@ class CallTiming:
     (the client's own encoding and decoding, gRPC transport, the server). server: per-phase
     maxima over the calls of the server's batch ExecutionReport times (decode, queue,
     host_to_device, kernel, device_to_host, encode, total; a packed batch's report has the
-    times of its slowest step: the call's critical path). rows: steps sent.
+    times of its slowest step: the call's critical path; the device phases are absent when the
+    server did not time them, Report.device_timed). rows: steps sent.
     tokens: query tokens sent. client: the client call's own phases (µs, summed over the calls
     of a split step; extend_packed's timings=): gather_us (tensor views; for CUDA the one
     device→host copy), encode_us (request bytes/message), rpc_us (gRPC call and server; on the
@@ -124,9 +125,15 @@ class _Inputs:
         return out
 
 
+_DEVICE_PHASES = ("host_to_device", "kernel", "device_to_host")
+
+
 def _merge_server(server, report):
+    # A step the server ran without device timing (--kv-timing-every) has no device phases:
+    # they stay absent rather than 0.
     for name, us in report.times_us.items():
-        server[name] = max(server.get(name, 0), us)
+        if report.device_timed or name not in _DEVICE_PHASES:
+            server[name] = max(server.get(name, 0), us)
 
 
 class LayerCalls:

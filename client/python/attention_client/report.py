@@ -17,6 +17,10 @@ class Report:
     device: str
     times_us: dict  # phase name (decode, queue, host_to_device, kernel, device_to_host,
                     # encode, total) → µs
+    # False when the server ran the step without device timing (GPU KV cache, a CUDA graph
+    # replayed without its event nodes: --kv-timing-every): host_to_device, kernel and
+    # device_to_host are then 0, "not measured". True for every Attend.
+    device_timed: bool = True
 
     @classmethod
     def from_pb(cls, r):
@@ -26,4 +30,5 @@ class Report:
                    times_us={"decode": t.decode_us, "queue": t.queue_us,
                              "host_to_device": t.host_to_device_us, "kernel": t.kernel_us,
                              "device_to_host": t.device_to_host_us, "encode": t.encode_us,
-                             "total": t.total_us})
+                             "total": t.total_us},
+                   device_timed=not t.device_untimed)

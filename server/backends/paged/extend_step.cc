@@ -244,9 +244,10 @@ void CommitExtend(SequenceStore *store, PreparedExtend *step, const std::string 
   L.last.digest = step->digest;
   out->length = L.table.length();
   out->kv_len = step->append_only ? 0 : L.table.length();
-  out->kernel_us = times.kernel_ns / 1000;
-  out->h2d_us = times.h2d_ns / 1000;
-  out->d2h_us = times.d2h_ns / 1000;
+  out->device_timed = times.device_timed();
+  out->kernel_us = out->device_timed ? times.kernel_ns / 1000 : 0;
+  out->h2d_us = out->device_timed ? times.h2d_ns / 1000 : 0;
+  out->d2h_us = out->device_timed ? times.d2h_ns / 1000 : 0;
   step->locked.lock.unlock();
   step->locked.seq.reset();
 }

@@ -97,14 +97,17 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
 GpuPagedAttention::GpuPagedAttention(int device, DevicePool *pool)
     : device_(device),
       pool_(pool),
+      plans_(device),
       lanes_("CUDA error in GPU paged attention, ", "GPU paged attention is faulted: ") {}
 
 StatusOr<std::unique_ptr<GpuPagedAttention>> GpuPagedAttention::Create(int device, DevicePool *pool,
-                                                                       int lanes, bool graphs) {
+                                                                       int lanes, bool graphs,
+                                                                       int timing_every) {
   std::unique_ptr<GpuPagedAttention> g(new GpuPagedAttention(device, pool));
   ATTN_RETURN_IF_ERROR(
       g->lanes_.Add(lanes, device, 1u << 20, /*growable=*/true, "GPU paged attention"));
   g->lanes_.SetGraphs(graphs);
+  g->lanes_.SetTimingEvery(timing_every);
   return g;
 }
 
@@ -116,6 +119,10 @@ GpuPagedAttention::~GpuPagedAttention() {
     spdlog::info("GPU paged attention: {} calls replayed a CUDA graph, {} captured one ({} "
                  "evicted, {} dropped when a lane buffer grew)",
                  c.replays, c.captures, c.evictions, c.dropped);
+  }
+  if (plans_.hits() + plans_.misses() > 0) {
+    spdlog::info("GPU paged attention: decode plans: {} reused, {} made", plans_.hits(),
+                 plans_.misses());
   }
 }
 
@@ -196,6 +203,10 @@ Status GpuPagedAttention::Run(PagedAppendJob *a, PagedAttendJob *t, LaunchTimes 
     times->enqueue_ns += lt.enqueue_ns;
     times->wait_ns += lt.wait_ns;
     times->finish_ns += lt.finish_ns;
+    times->capture_ns += lt.capture_ns;
+    times->graph_launch_ns += lt.graph_launch_ns;
+    times->trips += 1;
+    times->untimed_trips += lt.timed ? 0 : 1;
   }
   return Status::Ok();
 }
@@ -218,11 +229,11 @@ Status GpuPagedAttention::AppendAttendBatch(PagedAppendItem *appends,
   PagedAttendJob t;
   if (static_cast<size_t>(arrays.count()) == n && FoldableAppend(appends, attends, n)) {
     // One decode launch appends and attends (16-bit decode steps: the common case).
-    ATTN_RETURN_IF_ERROR(LayoutAttend(device_, arrays.layers.data(), arrays.queries.data(),
+    ATTN_RETURN_IF_ERROR(LayoutAttend(plans_, arrays.layers.data(), arrays.queries.data(),
                                       arrays.outs.data(), arrays.count(), &t, appends));
     return Run(nullptr, &t, times);
   }
-  ATTN_RETURN_IF_ERROR(LayoutAttend(device_, arrays.layers.data(), arrays.queries.data(),
+  ATTN_RETURN_IF_ERROR(LayoutAttend(plans_, arrays.layers.data(), arrays.queries.data(),
                                     arrays.outs.data(), arrays.count(), &t));
   return Run(&a, &t, times);
 }
@@ -261,7 +272,7 @@ Status GpuPagedAttention::AttendMany(const PagedLayerView *layers, const PagedQu
                                      void *const *outs, int64_t count, LaunchTimes *times) {
   if (count <= 0) return Status::Ok();
   PagedAttendJob t;
-  ATTN_RETURN_IF_ERROR(LayoutAttend(device_, layers, queries, outs, count, &t));
+  ATTN_RETURN_IF_ERROR(LayoutAttend(plans_, layers, queries, outs, count, &t));
   return Run(nullptr, &t, times);
 }
 

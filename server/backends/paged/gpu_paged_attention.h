@@ -40,6 +40,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/paged/decode_plan_cache.h"
 #include "backends/paged/paged_attention_backend.h"
 #include "device/device_pool.h"
 #include "device/lane.h"
@@ -61,11 +62,13 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   /// Uses CUDA device `device` and carves per-call buffers from `pool` (not owned; outlives
   /// this), with `lanes` streams (>= 1; each pins a staging buffer of 1 MiB that grows to the
   /// largest call it ran). `graphs`: replay small calls from CUDA graphs (see the file
-  /// comment). Errors: INTERNAL when a stream or event cannot be made, RESOURCE_EXHAUSTED when
-  /// the pinned staging buffer cannot be.
+  /// comment). `timing_every`: a replayed graph measures its device times once in that many
+  /// trips per lane (1: every trip; device/lane.h, --kv-timing-every). Errors: INTERNAL when a
+  /// stream or event cannot be made, RESOURCE_EXHAUSTED when the pinned staging buffer cannot.
   static StatusOr<std::unique_ptr<GpuPagedAttention>> Create(int device, DevicePool *pool,
                                                              int lanes = kDefaultLanes,
-                                                             bool graphs = true);
+                                                             bool graphs = true,
+                                                             int timing_every = 1);
   ~GpuPagedAttention() override;
 
   const std::string &name() const override { return name_; }
@@ -103,6 +106,8 @@ class GpuPagedAttention final : public PagedAttentionBackend {
 
   /// Graph replays and captures over all lanes since start (tests, the shutdown log).
   GraphCounts graph_counts();
+  /// The decode plans made and reused since start (tests, the shutdown log).
+  const DecodePlanCache &plans() const { return plans_; }
 
  private:
   struct PackedTrip;
@@ -115,6 +120,7 @@ class GpuPagedAttention final : public PagedAttentionBackend {
   const std::string device_name_ = "gpu";
   const int device_;
   DevicePool *const pool_;
+  DecodePlanCache plans_;
   LaneSet lanes_;
 };
 

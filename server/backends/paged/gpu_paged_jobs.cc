@@ -171,7 +171,7 @@ bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *atten
   return std::adjacent_find(tables.begin(), tables.end()) == tables.end();
 }
 
-Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
+Status LayoutAttend(DecodePlanCache &plans, const PagedLayerView *layers, const PagedQuery *queries,
                     void *const *outs, int64_t count, PagedAttendJob *job,
                     const PagedAppendItem *appends) {
   PagedAttendJob &j = *job;
@@ -235,7 +235,7 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     shape.head_dim = H;
     shape.page_tokens = pool.page_tokens;
     shape.scale = q0.scale;
-    StatusOr<kernels::PagedDecodePlan> plan = kernels::PagedDecodePlanFor(shape, device);
+    StatusOr<kernels::PagedDecodePlan> plan = plans.Get(shape);
     if (!plan.ok()) return plan.status();
     j.plan = *plan;
   }
@@ -244,7 +244,7 @@ Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *
     pshape.max_q_len = j.split.prefill_max_q;
     pshape.max_kv_len = j.split.prefill_max_kv;
     pshape.total_q = j.split.prefill_rows;
-    StatusOr<kernels::FusedPagedPlan> pplan = kernels::FusedPagedPlanFor(pshape, device);
+    StatusOr<kernels::FusedPagedPlan> pplan = kernels::FusedPagedPlanFor(pshape, plans.device());
     if (!pplan.ok()) return pplan.status();
     j.pplan = *pplan;
   }

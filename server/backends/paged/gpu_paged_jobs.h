@@ -13,6 +13,7 @@
 #include "attn/kernels/fused_attention.h"
 #include "attn/kernels/paged_decode.h"
 #include "backends/paged/attend_split.h"
+#include "backends/paged/decode_plan_cache.h"
 #include "backends/paged/paged_attention_backend.h"
 
 namespace attn {
@@ -70,10 +71,11 @@ void FinishAppend(const PagedAppendJob &j, const char *h);
 bool FoldableAppend(const PagedAppendItem *appends, const PagedAttendItem *attends, size_t n);
 
 /// Checks an attention call (one layout class, dtype, query heads and scale; 1 <= T <= kv_len),
-/// splits it over its launches (AttendSplit), plans them for CUDA device `device` and lays out
-/// its region. `appends`: null, or the steps' appends (FoldableAppend held) to fold into the
-/// decode launch. Errors: INVALID_ARGUMENT; the kernels' planning errors.
-Status LayoutAttend(int device, const PagedLayerView *layers, const PagedQuery *queries,
+/// splits it over its launches (AttendSplit), plans them for the CUDA device of `plans` (decode
+/// plans from that cache) and lays out its region. `appends`: null, or the steps' appends
+/// (FoldableAppend held) to fold into the decode launch. Errors: INVALID_ARGUMENT; the kernels'
+/// planning errors.
+Status LayoutAttend(DecodePlanCache &plans, const PagedLayerView *layers, const PagedQuery *queries,
                     void *const *outs, int64_t count, PagedAttendJob *job,
                     const PagedAppendItem *appends = nullptr);
 /// Packs q, block tables, lengths, offsets and FP8 scales into `h` (q rows in a CUDA IPC region

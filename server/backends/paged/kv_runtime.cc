@@ -40,7 +40,8 @@ StatusOr<std::unique_ptr<KvRuntime>> BuildKvRuntime(const ServerConfig &config,
     if (!memory.ok()) return memory.status();
     auto compute =
         GpuPagedAttention::Create(backends.gpu->info().index, &backends.gpu->pool(),
-                                  GpuPagedAttention::kDefaultLanes, config.kv_cuda_graphs);
+                                  GpuPagedAttention::kDefaultLanes, config.kv_cuda_graphs,
+                                  config.kv_timing_every);
     if (!compute.ok()) return compute.status();
     kv->memory = std::move(*memory);
     kv->compute = std::move(*compute);

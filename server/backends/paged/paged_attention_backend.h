@@ -87,8 +87,15 @@ struct LaunchTimes {
   int64_t h2d_ns = 0;
   int64_t d2h_ns = 0;
   /// The host's time inside the GPU lanes' round trips (device/lane.h LaneTimes): packing,
-  /// enqueuing, waiting for the device, unpacking. 0 on the cpu backend.
-  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0;
+  /// enqueuing, waiting for the device, unpacking, and capturing CUDA graphs (a trip's first
+  /// run of a key). 0 on the cpu backend.
+  int64_t pack_ns = 0, enqueue_ns = 0, wait_ns = 0, finish_ns = 0, capture_ns = 0;
+  int64_t graph_launch_ns = 0;  ///< the cudaGraphLaunch calls alone (part of enqueue_ns)
+  /// GPU round trips, and those of them that ran without device timing (a CUDA graph replayed
+  /// without its event nodes, --kv-timing-every): when untimed_trips > 0 the three device
+  /// times above are partial and must be read as "not measured".
+  int64_t trips = 0, untimed_trips = 0;
+  bool device_timed() const { return untimed_trips == 0; }
   LaunchTimes &operator+=(const LaunchTimes &o) {
     kernel_ns += o.kernel_ns;
     h2d_ns += o.h2d_ns;
@@ -97,6 +104,10 @@ struct LaunchTimes {
     enqueue_ns += o.enqueue_ns;
     wait_ns += o.wait_ns;
     finish_ns += o.finish_ns;
+    capture_ns += o.capture_ns;
+    graph_launch_ns += o.graph_launch_ns;
+    trips += o.trips;
+    untimed_trips += o.untimed_trips;
     return *this;
   }
 };
