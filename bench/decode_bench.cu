@@ -32,6 +32,11 @@
 // Output: JSON lines on stdout, one JSON document per --json-dir (decode-<device>-<date>.json),
 // and a table printed last. Exit status 1 when a correctness check failed.
 //
+// Every memset goes on the benchmark's own (non-blocking) stream and is waited for: a legacy
+// cudaMemset is not ordered with such a stream, and one of the split-KV workspace (its arrival
+// counters) overlapping the first decode launch left rows unmerged (NaN from the 0xff fill of o:
+// device call H4 found the B=32 table's forced-partition rows failing that way).
+//
 // Usage: attn_decode_bench [--sizes=1024,8192,32768] [--reps=7] [--target-ms=25] [--quick]
 //          [--graph-sizes=1,8,64] [--graph-iters=400] [--no-graph] [--partitions=N]
 // --partitions=N forces N KV partitions on the decode table's and the graph measurement's plans
@@ -353,7 +358,8 @@ bool RunOne(const Problem& pr, int64_t S, DType kv_dtype, const Options& opt, do
   CHECK_CUDA(cudaMalloc(&d_newoff, (B + 1) * 8));
   CHECK_CUDA(cudaMemcpy(d_newoff, off.data(), (B + 1) * 8, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMalloc(&d_sat, 8));
-  CHECK_CUDA(cudaMemset(d_sat, 0, 8));
+  CHECK_CUDA(cudaMemsetAsync(d_sat, 0, 8, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   const int64_t set_elems = B * S * K * H;
   CHECK_CUDA(cudaMalloc(&d_rows_k, set_elems * 2));
   CHECK_CUDA(cudaMalloc(&d_rows_v, set_elems * 2));
@@ -438,7 +444,9 @@ bool RunOne(const Problem& pr, int64_t S, DType kv_dtype, const Options& opt, do
   StatusOr<PagedDecodePlan> cplan = PagedDecodePlanFor(cshape, 0, copt);
   CHECK_OK(cplan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, plan->workspace_bytes)));
-  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes)));  // counters
+  // the arrival counters start at zero
+  CHECK_CUDA(cudaMemsetAsync(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes), stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   std::fprintf(stderr, "  plan: %s (grid %lld blocks)\n", plan->Describe().c_str(),
                static_cast<long long>(plan->grid_blocks));
 
@@ -462,8 +470,10 @@ bool RunOne(const Problem& pr, int64_t S, DType kv_dtype, const Options& opt, do
   };
 
   // ---- correctness first (set 0) ----
-  CHECK_CUDA(cudaMemset(d_o, 0xff, q_elems * 2));
-  CHECK_CUDA(cudaMemset(d_o2, 0xff, q_elems * 2));
+  CHECK_CUDA(cudaMemsetAsync(d_o, 0xff, q_elems * 2, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_CUDA(cudaMemsetAsync(d_o2, 0xff, q_elems * 2, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   CHECK_OK(PagedDecodeRun(*plan, pool, batches[0], queries(0, d_o, d_lse), d_ws, stream));
   CHECK_OK(ContiguousDecodeRun(*cplan, contiguous(0), queries(0, d_o2, d_lse2), d_ws, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -672,7 +682,8 @@ bool RunPrefill(const PrefillShape& ps, const Options& opt, int64_t l2_bytes, cu
   CHECK_CUDA(cudaMalloc(&d_ck, set_kv_elems * 2 * nsets));
   CHECK_CUDA(cudaMalloc(&d_cv, set_kv_elems * 2 * nsets));
   CHECK_CUDA(cudaMalloc(&d_sat, 8));
-  CHECK_CUDA(cudaMemset(d_sat, 0, 8));
+  CHECK_CUDA(cudaMemsetAsync(d_sat, 0, 8, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   PagedKvPool pool;
   pool.k_pages = d_kp;
   pool.v_pages = d_vp;
@@ -787,7 +798,9 @@ bool RunPrefill(const PrefillShape& ps, const Options& opt, int64_t l2_bytes, cu
   StatusOr<PagedDecodePlan> cplan = PagedDecodePlanFor(ds, 0);
   CHECK_OK(cplan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, cplan->workspace_bytes)));
-  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, cplan->workspace_bytes)));  // counters
+  // the arrival counters start at zero
+  CHECK_CUDA(cudaMemsetAsync(d_ws, 0, std::max<size_t>(256, cplan->workspace_bytes), stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
 
   auto run_paged = [&](int s, int impl) {
     FusedPagedQueries fq;
@@ -1114,7 +1127,9 @@ bool RunGraph(int64_t B, const Options& opt, cudaStream_t stream,
   StatusOr<PagedDecodePlan> plan = PagedDecodePlanFor(shape, 0, gopt);
   CHECK_OK(plan.status());
   CHECK_CUDA(cudaMalloc(&d_ws, std::max<size_t>(256, plan->workspace_bytes)));
-  CHECK_CUDA(cudaMemset(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes)));  // counters
+  // the arrival counters start at zero
+  CHECK_CUDA(cudaMemsetAsync(d_ws, 0, std::max<size_t>(256, plan->workspace_bytes), stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   DecodeQueries dq;
   dq.q = d_q;
   dq.q_offsets = static_cast<const int64_t*>(d_qoff);
@@ -1292,7 +1307,8 @@ int main(int argc, char** argv) {
   uint32_t* d_sink;
   CHECK_CUDA(cudaMalloc(&d_stream, stream_bytes));
   CHECK_CUDA(cudaMalloc(&d_sink, 4));
-  CHECK_CUDA(cudaMemset(d_stream, 0x5a, stream_bytes));
+  CHECK_CUDA(cudaMemsetAsync(d_stream, 0x5a, stream_bytes, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   const int64_t n16 = stream_bytes / 16;
   const int sms = prop.multiProcessorCount;
   Impl s1{"stream_u4_1024x2", [&](int64_t) {

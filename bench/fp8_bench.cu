@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
     Reference(s, hq, hk, hv, samples, &ref_o, &ref_lse);
     for (Impl& im : impls) {
       if (!im.check) continue;
-      CHECK_CUDA(cudaMemset(sets[0].o, 0xFF, nq * 2));
+      CHECK_CUDA(cudaMemsetAsync(sets[0].o, 0xFF, nq * 2, stream));  // on the stream: ordered
       im.run(0);
       CHECK_CUDA(cudaStreamSynchronize(stream));
       CHECK_CUDA(cudaMemcpy(ho.data(), sets[0].o, nq * 2, cudaMemcpyDeviceToHost));

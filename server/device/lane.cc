@@ -34,6 +34,7 @@ StatusOr<std::unique_ptr<Lane>> Lane::Create(int device, uint64_t staging_bytes,
     }
     lane->staging_ = static_cast<char*>(p);
     lane->staging_bytes_ = staging_bytes;
+    lane->MapStaging();
   }
   return lane;
 }
@@ -59,6 +60,7 @@ Status Lane::ReserveStaging(uint64_t bytes) {
   graphs_.Clear();  // their copies name the old buffer
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
   staging_ = nullptr;
+  staging_device_ = nullptr;
   staging_bytes_ = 0;
   void* p = nullptr;
   if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
@@ -68,7 +70,18 @@ Status Lane::ReserveStaging(uint64_t bytes) {
   }
   staging_ = static_cast<char*>(p);
   staging_bytes_ = want;
+  MapStaging();
   return Status::Ok();
+}
+
+void Lane::MapStaging() {
+  void* d = nullptr;
+  if (staging_ != nullptr && cudaHostGetDevicePointer(&d, staging_, 0) == cudaSuccess) {
+    staging_device_ = static_cast<char*>(d);
+  } else {
+    (void)cudaGetLastError();
+    staging_device_ = nullptr;
+  }
 }
 
 Status Lane::ReserveScratch(DevicePool* pool, uint64_t bytes) {

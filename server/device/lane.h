@@ -113,6 +113,10 @@ class Lane {
   int device() const { return device_; }
   /// Pinned host staging buffer (null when staging_bytes() is 0).
   char* staging() const { return staging_; }
+  /// The staging buffer's address for kernels (cudaHostGetDevicePointer; the same as
+  /// staging() under unified addressing), or null when the buffer is not mapped: a kernel may
+  /// then write its small outputs there itself instead of a download.
+  char* staging_on_device() const { return staging_device_; }
   uint64_t staging_bytes() const { return staging_bytes_; }
   bool growable() const { return growable_; }
   /// Makes staging at least `bytes` long (doubling from max(current, 1 MiB)); the contents are
@@ -151,6 +155,8 @@ class Lane {
   Lane(int device, bool growable, FaultLatch* latch, std::string who)
       : device_(device), growable_(growable), latch_(latch), who_(std::move(who)) {}
   Status Record(int i);
+  /// Sets staging_device_ for the current staging_ (null when it cannot be mapped).
+  void MapStaging();
   // Run's parts: the plain launches, and the graph of `key` (captured first on a miss).
   Status RunDirect(RoundTrip& trip, LaneTimes* times);
   Status RunGraph(RoundTrip& trip, std::string* key, LaneTimes* times);
@@ -172,6 +178,7 @@ class Lane {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[4] = {nullptr, nullptr, nullptr, nullptr};
   char* staging_ = nullptr;
+  char* staging_device_ = nullptr;
   uint64_t staging_bytes_ = 0;
   DeviceAllocation scratch_;
   bool graphs_on_ = false;

@@ -38,18 +38,25 @@ struct AttendArrays {
 /// One call's round trip on a lane: the append's region first, the attention's after it (both
 /// 256-byte aligned) in the lane's staging and in the device block `d`; one upload of both, the
 /// appends' launches then the attention's (each step's attention reads its own new keys), the
-/// saturation counters and the outputs back (the output over q in staging), one sync.
+/// saturation counters and the outputs back (the output over q in staging; a decode-only call's
+/// kernel writes it there itself, through the mapped pinned staging), one sync.
 struct GpuPagedAttention::PackedTrip final : RoundTrip {
   PagedAppendJob *a = nullptr;
   PagedAttendJob *t = nullptr;
   char *d = nullptr;
   uint64_t t_at = 0, host_bytes = 0;
   bool in_scratch = false;  // d is the lane's scratch: the trip may run as a graph
+  // A decode-only call without CUDA IPC outputs: the kernel writes o into the staging over q
+  // (mapped pinned memory), so the trip has no download of o.
+  bool o_to_host = false;
+  void *OHost(Lane &lane) const {
+    return o_to_host ? lane.staging_on_device() + t_at + t->at_q : nullptr;
+  }
 
   bool GraphKey(Lane &lane, std::string *key) override {
     if (!in_scratch || HasDeviceIo(a, t)) return false;  // CUDA IPC copies: never in a graph
     GraphKeyWriter w(key);
-    w.Put(lane.staging()).Put(d).Put(host_bytes).Put(t_at);
+    w.Put(lane.staging()).Put(d).Put(host_bytes).Put(t_at).Put(o_to_host);
     if (a != nullptr) PutAppendGraphKey(*a, w);
     return t == nullptr || PutAttendGraphKey(*t, w);
   }
@@ -67,7 +74,9 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
   }
   Status Launch(Lane &lane) override {
     if (a != nullptr) ATTN_RETURN_IF_ERROR(LaunchAppend(*a, d, lane.stream()));
-    if (t != nullptr) ATTN_RETURN_IF_ERROR(LaunchAttend(*t, d + t_at, lane.stream()));
+    if (t != nullptr) {
+      ATTN_RETURN_IF_ERROR(LaunchAttend(*t, d + t_at, lane.stream(), OHost(lane)));
+    }
     return Status::Ok();
   }
   Status Download(Lane &lane) override {
@@ -79,7 +88,7 @@ struct GpuPagedAttention::PackedTrip final : RoundTrip {
                           cudaMemcpyDeviceToHost, lane.stream()),
           "cudaMemcpyAsync D2H (append)"));
     }
-    if (t != nullptr) {
+    if (t != nullptr && !o_to_host) {
       // The output comes back into the pinned buffer over q (already uploaded, stream-ordered).
       ATTN_RETURN_IF_ERROR(
           lane.Check(cudaMemcpyAsync(h + t_at + t->at_q, d + t_at + t->at_o, t->qo_bytes,
@@ -193,6 +202,8 @@ Status GpuPagedAttention::Run(PagedAppendJob *a, PagedAttendJob *t, LaunchTimes 
     own = std::move(*dev);
     trip.d = static_cast<char *>(own.data());
   }
+  trip.o_to_host = t != nullptr && t->split.prefill_entries == 0 && !HasDeviceIo(a, t) &&
+                   lease.lane->staging_on_device() != nullptr;
   LaneTimes lt;
   ATTN_RETURN_IF_ERROR(lease.lane->Run(trip, times != nullptr ? &lt : nullptr));
   if (times != nullptr) {

@@ -331,7 +331,7 @@ void PackAttend(const PagedAttendJob &j, char *h) {
   }
 }
 
-Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream) {
+Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream, void *o_host) {
   const kernels::PagedKvPool &pool = j.layers[0].pool;
   if (j.split.decode_entries > 0) {
     // Decode rows are the first split.decode_rows rows of q/o.
@@ -345,7 +345,7 @@ Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream) {
     kernels::DecodeQueries dq;
     dq.q = d + j.at_q;
     dq.q_offsets = reinterpret_cast<const int64_t *>(d + j.at_off);
-    dq.o = d + j.at_o;
+    dq.o = o_host != nullptr && j.split.prefill_entries == 0 ? o_host : d + j.at_o;
     if (j.appends != nullptr) {
       dq.new_k = d + j.at_nk;
       dq.new_v = d + j.at_nv;

@@ -82,7 +82,11 @@ Status LayoutAttend(DecodePlanCache &plans, const PagedLayerView *layers, const 
 /// are left for CopyDeviceInputs).
 void PackAttend(const PagedAttendJob &j, char *h);
 /// Enqueues the decode launch and the fused paged launch (either may be empty) on `stream`.
-Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream);
+/// `o_host`: null, or the device address of pinned host memory (the staging region's q rows)
+/// where a decode-only call's kernel writes o itself, so no download of o follows (the rows as
+/// FinishAttend reads them; the upload of q from there is stream-ordered before the kernel).
+Status LaunchAttend(const PagedAttendJob &j, char *d, cudaStream_t stream,
+                    void *o_host = nullptr);
 /// Copies each step's output rows out of `h` (downloaded over q) to its caller's buffer.
 void FinishAttend(const PagedAttendJob &j, const char *h);
 
