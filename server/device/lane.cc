@@ -58,6 +58,8 @@ Status Lane::ReserveStaging(uint64_t bytes) {
   uint64_t want = std::max<uint64_t>(staging_bytes_ * 2, 1u << 20);
   while (want < bytes) want *= 2;
   graphs_.Clear();  // their copies name the old buffer
+  // Pin and map on the lane's device (the caller's current device may be another one).
+  if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
   if (staging_ != nullptr) (void)cudaFreeHost(staging_);
   staging_ = nullptr;
   staging_device_ = nullptr;
