@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "attn/kernels/cudnn_version.h"
+#include "attn/kernels/fp8_prepass.h"
 #include "attn/kernels/fp8_quantize.h"
 #include "cudnn_internal.h"
 
@@ -19,6 +20,7 @@ struct CudnnAttention::Entry {
   Status status;                       // why the spec cannot be served (not ok: no graph)
   std::shared_ptr<CudnnGraph> graph;   // validated; built when `built`
   bool built = false;
+  bool tuned = false;                  // autotune ran (or failed) for it; under run_mu_
 };
 
 namespace {
@@ -29,14 +31,18 @@ uint64_t Up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 /// Workspace layout of one run (offsets from the workspace base).
 struct Layout_ {
   uint64_t cudnn = 0, seq_q = 0, seq_kv = 0, ragged_q = 0, ragged_kv = 0, stats = 0;
-  uint64_t q8 = 0, k8 = 0, v8 = 0, o8 = 0, scalars = 0, flags = 0, total = 0;
+  uint64_t q8 = 0, k8 = 0, v8 = 0, o8 = 0, scalars = 0, prepass = 0, flags = 0, total = 0;
 };
 
-// FP8 scalars (floats) in the workspace.
+// FP8 scalars (floats) in the workspace: the pre-pass's nine (fp8_prepass.h's Fp8Scalar
+// order), then the graph's own.
 enum Scalar : int {
   kScaleQ, kDescaleQ, kAmaxQ, kScaleK, kDescaleK, kAmaxK, kScaleV, kDescaleV, kAmaxV,
   kScaleS, kDescaleS, kAmaxS, kAmaxO, kScaleO, kNumScalars
 };
+static_assert(int{kScaleQ} == int{kFp8ScaleQ} && int{kAmaxV} == int{kFp8AmaxV} &&
+                  int{kScaleS} == int{kFp8NumScalars},
+              "the pre-pass writes the first nine scalars");
 
 Layout_ MakeLayout(const CudnnPlan& p) {
   Layout_ l;
@@ -61,12 +67,14 @@ Layout_ MakeLayout(const CudnnPlan& p) {
   if (stats_ws) l.stats = place(4 * s.batch * s.num_heads * s.q_len);
   if (s.kind == CudnnGraphKind::kFp8) {
     const uint64_t q = p.shape.q_elements(), kv = p.shape.kv_elements();
-    if (p.shape.dtype != DType::kFloat8E4M3) {
+    const bool e4m3_in = p.shape.dtype == DType::kFloat8E4M3;
+    if (!e4m3_in) {
       l.q8 = place(q);
       l.k8 = place(kv);
       l.v8 = place(kv);
+      l.prepass = place(static_cast<uint64_t>(Fp8PrepassWorkspaceBytes(p.shape)));
     }
-    l.o8 = place(q);
+    l.o8 = place(q);  // unused when E4M3 inputs ask for E4M3 o (written in place)
     l.scalars = place(4 * kNumScalars);
   }
   // fp16/bf16 graph: per-(batch entry, kv head) non-finite-V flags (cudnn_masked_values.cu).
@@ -165,7 +173,7 @@ StatusOr<std::shared_ptr<CudnnAttention::Entry>> CudnnAttention::Lookup(
     int prev = 0;
     cudaGetDevice(&prev);
     cudaSetDevice(device_);
-    Status s = e->graph->Build(handle_);
+    Status s = e->graph->Build(handle_, options_.autotune);
     cudaSetDevice(prev);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -314,20 +322,14 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
       ATTN_RETURN_IF_ERROR(CudaOk(cudaMemcpyAsync(sc + kScaleS, host, sizeof(host),
                                                   cudaMemcpyHostToDevice, stream),
                                   "scalars"));
-      ATTN_RETURN_IF_ERROR(Fp8QuantizePerTensor(dev.q, s.dtype, s.q_elements(), ws + l.q8,
-                                                sc + kScaleQ, sc + kDescaleQ, sc + kAmaxQ,
-                                                stream));
-      ATTN_RETURN_IF_ERROR(Fp8QuantizePerTensor(dev.k, s.dtype, s.kv_elements(), ws + l.k8,
-                                                sc + kScaleK, sc + kDescaleK, sc + kAmaxK,
-                                                stream));
-      ATTN_RETURN_IF_ERROR(Fp8QuantizePerTensor(dev.v, s.dtype, s.kv_elements(), ws + l.v8,
-                                                sc + kScaleV, sc + kDescaleV, sc + kAmaxV,
-                                                stream));
+      ATTN_RETURN_IF_ERROR(Fp8Prepass(s, dev, ws + l.q8, ws + l.k8, ws + l.v8, sc, ws + l.prepass,
+                                      static_cast<int64_t>(l.scalars - l.prepass), stream));
       pack[cudnn_detail::kUidQ] = ws + l.q8;
       pack[cudnn_detail::kUidK] = ws + l.k8;
       pack[cudnn_detail::kUidV] = ws + l.v8;
     }
-    pack[cudnn_detail::kUidO] = ws + l.o8;
+    // O in E4M3, scaled by scale_o = 1 / descale_v: straight into o when that is its dtype.
+    pack[cudnn_detail::kUidO] = out_dtype == DType::kFloat8E4M3 ? dev.o : ws + l.o8;
     pack[cudnn_detail::kUidDescaleQ] = sc + kDescaleQ;
     pack[cudnn_detail::kUidDescaleK] = sc + kDescaleK;
     pack[cudnn_detail::kUidDescaleV] = sc + kDescaleV;
@@ -340,9 +342,16 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
   {
     std::lock_guard<std::mutex> lock(run_mu_);
     ATTN_RETURN_IF_ERROR(cudnn_detail::SetStream(handle_, stream));
+    if (options_.autotune && !entry->tuned) {
+      Entry* tuning = const_cast<Entry*>(entry);  // `tuned` is guarded by run_mu_
+      tuning->tuned = true;
+      const Status tuned = tuning->graph->Autotune(handle_, pack, ws + l.cudnn);
+      std::lock_guard<std::mutex> lock_counters(mu_);
+      ++(tuned.ok() ? counters_.autotuned : counters_.autotune_failures);
+    }
     ATTN_RETURN_IF_ERROR(entry->graph->Execute(handle_, pack, ws + l.cudnn));
   }
-  if (fp8) {
+  if (fp8 && out_dtype != DType::kFloat8E4M3) {
     // O (E4M3, scaled by scale_v) -> out dtype, times descale_v.
     ATTN_RETURN_IF_ERROR(
         Fp8Dequantize(ws + l.o8, s.q_elements(), sc + kDescaleV, out_dtype, dev.o, stream));
@@ -355,8 +364,25 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
                                                 cudaMemcpyDeviceToDevice, stream),
                                 "lse copy"));
   }
+  if (fp8 && s.dtype != DType::kFloat8E4M3) {
+    ATTN_RETURN_IF_ERROR(Fp8PrepassLseShift(s, dev, ws + l.prepass, stream));
+  }
   if (guard) ATTN_RETURN_IF_ERROR(cudnn_detail::LaunchRepairFlaggedRows(s, dev, flags, stream));
   return Status::Ok();
+}
+
+std::string CudnnAttention::EngineName(const CudnnPlan& plan) const {
+  const auto* entry = static_cast<const Entry*>(plan.graph.get());
+  if (entry == nullptr || !entry->built) return "";
+  std::lock_guard<std::mutex> lock(run_mu_);
+  return entry->graph->plan_name();
+}
+
+int64_t CudnnAttention::EngineCount(const CudnnPlan& plan) const {
+  const auto* entry = static_cast<const Entry*>(plan.graph.get());
+  if (entry == nullptr || !entry->built) return 0;
+  std::lock_guard<std::mutex> lock(run_mu_);
+  return entry->graph->plan_count();
 }
 
 StatusOr<CudnnPlan> CudnnAttention::PlanPaged(DType dtype, int64_t batch, int64_t max_q_len,

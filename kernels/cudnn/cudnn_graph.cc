@@ -194,27 +194,57 @@ class GraphImpl final : public CudnnGraph {
     return FromFe(g_->validate(), "graph validation");
   }
 
-  Status Build(Handle handle) override {
+  Status Build(Handle handle, bool all_plans) override {
     try {
-      return BuildImpl(handle);
+      return BuildImpl(handle, all_plans);
     } catch (const std::exception& e) {
       return FailedPrecondition(std::string("cuDNN frontend: ") + e.what());
     }
   }
 
-  Status BuildImpl(Handle handle) {
+  Status BuildImpl(Handle handle, bool all_plans) {
     ATTN_RETURN_IF_ERROR(FromFe(g_->build_operation_graph(handle), "build_operation_graph"));
-    ATTN_RETURN_IF_ERROR(
-        FromFe(g_->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
+    std::vector<fe::HeurMode_t> modes{fe::HeurMode_t::A};
+    if (all_plans) modes.push_back(fe::HeurMode_t::FALLBACK);
+    ATTN_RETURN_IF_ERROR(FromFe(g_->create_execution_plans(modes), "create_execution_plans"));
     ATTN_RETURN_IF_ERROR(FromFe(g_->check_support(handle), "check_support"));
-    ATTN_RETURN_IF_ERROR(FromFe(g_->build_plans(handle), "build_plans"));
-    int64_t ws = 0;
-    ATTN_RETURN_IF_ERROR(FromFe(g_->get_workspace_size(ws), "get_workspace_size"));
-    workspace_ = ws;
+    ATTN_RETURN_IF_ERROR(FromFe(
+        g_->build_plans(handle, all_plans ? fe::BuildPlanPolicy_t::ALL
+                                          : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+        "build_plans"));
+    if (all_plans) {
+      workspace_ = g_->get_autotune_workspace_size();
+    } else {
+      int64_t ws = 0;
+      ATTN_RETURN_IF_ERROR(FromFe(g_->get_workspace_size(ws), "get_workspace_size"));
+      workspace_ = ws;
+    }
     return Status::Ok();
   }
 
   int64_t workspace_bytes() const override { return workspace_; }
+
+  Status Autotune(Handle handle, std::unordered_map<int64_t, void*>& pack,
+                  void* workspace) override {
+    try {
+      fe::error_t e = g_->autotune(handle, pack, workspace);
+      if (e.is_good()) return Status::Ok();
+      return Internal("cuDNN autotune: " + e.get_message());
+    } catch (const std::exception& ex) {
+      return Internal(std::string("cuDNN autotune: ") + ex.what());
+    }
+  }
+
+  int64_t plan_count() const override { return g_->get_execution_plan_count(); }
+  std::string plan_name() const override {
+    std::string name;
+    try {
+      if (!g_->get_plan_name(name).is_good()) name.clear();
+    } catch (const std::exception&) {
+      name.clear();
+    }
+    return name;
+  }
 
   Status Execute(Handle handle, std::unordered_map<int64_t, void*>& pack,
                  void* workspace) const override {

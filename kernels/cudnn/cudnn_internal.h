@@ -42,10 +42,19 @@ class CudnnGraph {
  public:
   virtual ~CudnnGraph() = default;
   /// Builds the operation graph, picks a plan by heuristics (mode A) and compiles it on the
-  /// handle's device. INTERNAL / FAILED_PRECONDITION with cuDNN's message on failure.
-  virtual Status Build(Handle handle) = 0;
-  /// cuDNN workspace bytes of the built plan.
+  /// handle's device. `all_plans`: compiles every engine configuration heuristics modes A and
+  /// FALLBACK list (for Autotune) instead of the first that builds. INTERNAL /
+  /// FAILED_PRECONDITION with cuDNN's message on failure.
+  virtual Status Build(Handle handle, bool all_plans) = 0;
+  /// cuDNN workspace bytes of the built plan (with all_plans: the largest of them).
   virtual int64_t workspace_bytes() const = 0;
+  /// cudnn-frontend's autotune: times every built plan on the handle's stream with `pack`
+  /// (device-synchronising, ~100 runs per plan at most) and keeps the fastest for Execute.
+  virtual Status Autotune(Handle handle, std::unordered_map<int64_t, void*>& pack,
+                          void* workspace) = 0;
+  /// Built plans, and the name (engine and knobs) of the one Execute runs.
+  virtual int64_t plan_count() const = 0;
+  virtual std::string plan_name() const = 0;
   /// Enqueues the graph on the handle's stream. `pack` maps uids to device pointers (the
   /// scale uid to a host float). No allocation on the device, no synchronisation.
   virtual Status Execute(Handle handle, std::unordered_map<int64_t, void*>& pack,

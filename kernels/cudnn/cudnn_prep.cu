@@ -60,7 +60,8 @@ struct FixupArgs {
   const int32_t* kv_lengths;
   const int64_t* q_offsets;
   const int64_t* kv_offsets;
-  uint16_t* o;          // 2-byte elements (fp16/bf16)
+  uint8_t* o;           // o_bytes-byte elements (fp16/bf16: 2, E4M3: 1)
+  int o_bytes;
   float* lse;
   const float* stats;   // (graph_batch, N, graph_q_len)
   int64_t graph_q_len;
@@ -100,8 +101,8 @@ __global__ void FixupKernel(FixupArgs a) {
     }
   }
   if (empty) {
-    uint16_t* row = a.o + r * N * H;
-    for (int64_t e = threadIdx.x; e < N * H; e += blockDim.x) row[e] = 0;
+    uint8_t* row = a.o + r * N * H * a.o_bytes;
+    for (int64_t e = threadIdx.x; e < N * H * a.o_bytes; e += blockDim.x) row[e] = 0;
   }
 }
 
@@ -143,7 +144,7 @@ Status LaunchPrep(const AttentionShape& shape, const AttentionTensors& dev, int6
 
 Status LaunchFixup(const AttentionShape& shape, const AttentionTensors& dev, DType o_dtype,
                    const float* stats, int64_t graph_q_len, cudaStream_t stream) {
-  if (DTypeSize(o_dtype) != 2) return InvalidArgument("cudnn fixup: o must be fp16 or bf16");
+  if (DTypeSize(o_dtype) > 2) return InvalidArgument("cudnn fixup: o must be fp16, bf16 or E4M3");
   const int64_t rows = shape.q_rows();
   if (rows == 0 || shape.num_heads == 0) return Status::Ok();
   FixupArgs a{};
@@ -158,7 +159,8 @@ Status LaunchFixup(const AttentionShape& shape, const AttentionTensors& dev, DTy
       return InvalidArgument("cudnn fixup: varlen needs offsets");
     }
   }
-  a.o = static_cast<uint16_t*>(dev.o);
+  a.o = static_cast<uint8_t*>(dev.o);
+  a.o_bytes = DTypeSize(o_dtype);
   a.lse = shape.return_lse ? dev.lse : nullptr;
   a.stats = stats;
   a.graph_q_len = graph_q_len;

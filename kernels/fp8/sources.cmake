@@ -1,9 +1,13 @@
 # fp8 family (DESIGN.md §5): per-tensor E4M3 quantisation and our own FP8 attention kernel for
 # sm_89+ (mma.sync m16n8k32 e4m3, fp32 accumulation). CUDA builds only. One .cu per head dim
 # instantiates that head dim's tile variants and the Vᵀ pre-pass (the explicit list lives in
-# fp8_params.h); the host API is fp8_attention.cc.
+# fp8_params.h); the host API is fp8_attention.cc. fp8_prepass.cu is the accuracy pre-pass
+# (statistics over valid positions, K smoothing, Hadamard rotation, quantisation) of both FP8
+# paths, and fp8_prepass_reference.cc its bit-exact host twin.
 list(APPEND ATTN_KERNEL_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fp8_quantize.cu
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass.cu
   ${CMAKE_CURRENT_LIST_DIR}/fp8_hd64.cu
   ${CMAKE_CURRENT_LIST_DIR}/fp8_hd128.cu)
-list(APPEND ATTN_KERNEL_CUDA_HOST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/fp8_attention.cc)
+list(APPEND ATTN_KERNEL_CUDA_HOST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/fp8_attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass_reference.cc)

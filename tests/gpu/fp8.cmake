@@ -14,7 +14,18 @@ if(ATTN_CUDA)
                         CUDA::cudart_static)
   add_test(NAME fp8_quantize_test COMMAND fp8_quantize_test)
 
-  set_tests_properties(fp8_parity_test fp8_quantize_test PROPERTIES
+  # The accuracy pre-pass against its host reference, and the recipes on both FP8 paths (the
+  # cuDNN cases when the build has cuDNN).
+  add_executable(fp8_prepass_test ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass_test.cc)
+  target_link_libraries(fp8_prepass_test PRIVATE attn_parity attn_kernels GTest::gtest_main
+                        CUDA::cudart_static)
+  target_include_directories(fp8_prepass_test PRIVATE ${PROJECT_SOURCE_DIR}/kernels/fp8)
+  if(ATTN_CUDNN_FOUND)
+    target_compile_definitions(fp8_prepass_test PRIVATE ATTN_TEST_CUDNN)
+  endif()
+  add_test(NAME fp8_prepass_test COMMAND fp8_prepass_test)
+
+  set_tests_properties(fp8_parity_test fp8_quantize_test fp8_prepass_test PROPERTIES
     LABELS gpu
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
     TIMEOUT 1200)

@@ -143,6 +143,8 @@ const char* InputKindName(InputKind kind) {
       return "huge";
     case InputKind::kTiny:
       return "tiny";
+    case InputKind::kKeyBias:
+      return "k_bias";
   }
   return "unknown";
 }
@@ -217,6 +219,8 @@ HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed,
     case InputKind::kTiny:
       q_scale = k_scale = v_scale = 1e-3;
       break;
+    case InputKind::kKeyBias:
+      break;
   }
   auto outlier = [&](int64_t ch) {
     // Three channels x20 in q and k (logits of std ~60: exp overflows without the max trick).
@@ -232,6 +236,16 @@ HostCase MakeCase(const AttentionShape& shape_in, InputKind kind, uint64_t seed,
   FillNormal(&c.k, s.dtype, s.kv_elements(), H, &rng,
              [&](int64_t ch) { return k_scale * outlier(ch); });
   FillNormal(&c.v, s.dtype, s.kv_elements(), H, &rng, [&](int64_t) { return v_scale; });
+  if (kind == InputKind::kKeyBias) {
+    const bool f32 = s.dtype == DType::kFloat32;
+    for (int64_t i = 0; i < s.kv_elements(); ++i) {
+      const int64_t ch = i % H;
+      const bool biased = ch == 1 || ch == H / 2 || (!f32 && ch == H - 1);
+      if (!biased) continue;
+      const float x = kernels::LoadAsFloat(c.k.data(), s.dtype, i);
+      kernels::StoreFromFloat(c.k.data(), s.dtype, i, x + (f32 ? 5.f : 20.f));
+    }
+  }
 
   std::ostringstream name;
   name << ShortDType(s.dtype) << ' ' << (varlen ? "varlen" : (s.has_lengths ? "pad+len" : "pad"))

@@ -69,6 +69,8 @@ enum class InputKind {
                     ///< as larger logits are too ill-conditioned for its 1e-5 tolerance)
   kHuge,            ///< values near the dtype's large end (bounded so logits stay finite)
   kTiny,            ///< values ~1e-3 (fp16 subnormal neighbourhood for products)
+  kKeyBias,         ///< k = N(0, 1) + 20 on three head-dim channels (a per-channel bias, as
+                    ///< LLM key caches have; float32: +5 on two); not in StandardGrid
 };
 const char* InputKindName(InputKind kind);
 

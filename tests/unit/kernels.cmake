@@ -20,3 +20,13 @@ endif()
 add_executable(attn_cpu_stop_test ${CMAKE_CURRENT_LIST_DIR}/cpu_stop_test.cc)
 target_link_libraries(attn_cpu_stop_test PRIVATE attn_kernels GTest::gtest_main)
 gtest_discover_tests(attn_cpu_stop_test DISCOVERY_TIMEOUT 60)
+
+# The FP8 accuracy pre-pass's host reference (padding invariance, K means, rotation): CUDA builds
+# only (the fp8 family is), no device needed; the GPU pre-pass is compared with it bit for bit in
+# tests/gpu/fp8_prepass_test.cc.
+if(ATTN_CUDA)
+  add_executable(attn_fp8_prepass_reference_test
+                 ${CMAKE_CURRENT_LIST_DIR}/fp8_prepass_reference_test.cc)
+  target_link_libraries(attn_fp8_prepass_reference_test PRIVATE attn_kernels GTest::gtest_main)
+  gtest_discover_tests(attn_fp8_prepass_reference_test DISCOVERY_TIMEOUT 60)
+endif()

@@ -87,6 +87,17 @@ MaskSpec NormalizeMask(const MaskSpec& m, int64_t max_q_len, int64_t max_kv_len)
 /// Padded (B, T, N, H) tensors or packed varlen (total, N, H) tensors.
 enum class Layout : int { kPadded = 0, kVarlen = 1 };
 
+/// How the `fp8` backend quantises a request (issue 20; docs/fp8.md). Ignored by every other
+/// family. The accuracy measures of the pre-pass (attn/kernels/fp8_prepass.h) are on by
+/// default; a request can turn them off (AttendRequest.fp8).
+struct Fp8Options {
+  bool rotate = true;    ///< Hadamard-rotate q and k per head (QKᵀ unchanged) before the scale
+  bool smooth_k = true;  ///< subtract K's mean over each entry's valid keys, per kv head
+  /// dtype kFloat8E4M3 only: the request's per-tensor dequantisation scales (Tensor.scale),
+  /// real = stored × descale; o comes back in E4M3 with v_descale as its scale.
+  float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
+};
+
 /// Shape, dtype and semantics of one attention launch: what Plan() is keyed on.
 struct AttentionShape {
   Layout layout = Layout::kPadded;
@@ -103,6 +114,7 @@ struct AttentionShape {
   float scale = 0.f;        ///< softmax scale; callers resolve the default 1/sqrt(H) first
   bool has_lengths = false; ///< padded: q_lengths/kv_lengths given (varlen: always true)
   bool return_lse = false;
+  Fp8Options fp8;           ///< `fp8` backend only (above)
 
   ATTN_HD int64_t group_size() const { return num_heads / num_kv_heads; }
   /// Rows of q/o: B*T (padded) or total_q (varlen).

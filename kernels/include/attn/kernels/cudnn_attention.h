@@ -54,6 +54,11 @@ namespace attn::kernels {
 struct CudnnOptions {
   CudnnBucketOptions buckets;
   std::string library;  ///< --cudnn-library: the only file tried; empty: cudnn_library.h's search
+  /// --cudnn-autotune: build every engine configuration heuristics modes A and FALLBACK offer
+  /// and, at a graph's first Run, time them all (cudnn-frontend's autotune, on the run's own
+  /// tensors: that Run synchronises the device and takes ~100 runs per configuration) and keep
+  /// the fastest. Off: heuristics mode A's first configuration that builds.
+  bool autotune = false;
 };
 
 /// Graph cache counters (monotonic since Create).
@@ -65,11 +70,15 @@ struct CudnnCounters {
   int64_t hits = 0;                 ///< Plan calls served from the cache
   double build_seconds = 0;         ///< total time spent building
   double warmup_seconds = 0;        ///< time spent in Warmup (cold-start cost)
+  int64_t autotuned = 0;            ///< graphs whose engine configuration autotune chose
+  int64_t autotune_failures = 0;    ///< autotunes that failed (the heuristic choice stays)
 };
 
 /// Extra inputs of the FP8 path.
 struct CudnnFp8Inputs {
-  DType out_dtype = DType::kBFloat16;  ///< o's dtype (fp16 or bf16)
+  /// o's dtype: fp16 or bf16 (converted from cuDNN's E4M3 O), or kFloat8E4M3 (E4M3 inputs
+  /// only: cuDNN's O as it is, real value = stored × v_descale).
+  DType out_dtype = DType::kBFloat16;
   /// E4M3 inputs only (shape.dtype == kFloat8E4M3): real value = stored × descale (host).
   float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
 };
@@ -115,9 +124,13 @@ class CudnnAttention {
   Status Warmup(const std::vector<AttentionShape>& shapes, bool fp8);
 
   /// Enqueues `plan` on `stream`: device tensors in the layouts of attention_problem.h (for
-  /// fp8 with fp16/bf16 inputs q/k/v are in shape.dtype and o in fp8.out_dtype; with E4M3
-  /// inputs q/k/v are E4M3); `workspace` >= plan.workspace_bytes (256-byte aligned), owned by
-  /// the caller and not shared between concurrent runs. No allocation, no synchronisation.
+  /// fp8 with fp16/bf16 inputs q/k/v are in shape.dtype, quantised by Fp8Prepass under
+  /// shape.fp8's recipe (fp8_prepass.h: statistics over valid positions, K smoothing, Hadamard
+  /// rotation; the lse shift of smoothing undone), and o in fp8.out_dtype; with E4M3 inputs
+  /// q/k/v are E4M3 and the recipe does not apply); `workspace` >= plan.workspace_bytes
+  /// (256-byte aligned), owned by the caller and not shared between concurrent runs. No
+  /// allocation, no synchronisation (except the one autotuning Run of a graph, see
+  /// CudnnOptions::autotune).
   /// Non-finite values at masked keys (DESIGN.md §4): cuDNN's kernel lets a NaN/±Inf in V at a
   /// causally or window-masked key reach rows that cannot see it (0 · NaN), so the fp16/bf16
   /// graph (not FP8, not RunPaged) runs between a flag kernel (one read of V's first S_b keys
@@ -153,6 +166,10 @@ class CudnnAttention {
   CudnnCounters counters() const;
   /// Keys of the cached graphs (for GetServerInfo / logs).
   std::vector<std::string> CachedKeys() const;
+  /// The engine configuration `plan`'s graph runs (cuDNN's name, e.g. "eng4_k2=..."), and how
+  /// many were built for it (1 without autotune). Empty / 0 for an unbuilt plan.
+  std::string EngineName(const CudnnPlan& plan) const;
+  int64_t EngineCount(const CudnnPlan& plan) const;
 
  private:
   struct Entry;
