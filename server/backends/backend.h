@@ -38,6 +38,9 @@ struct BackendCapabilities {
   bool lse = false;
   std::string device;       ///< "cpu" or the GPU's name
   std::string description;  ///< one line
+  /// The recipes ExecutionReport.recipe can name for this backend, the default first (fp8);
+  /// empty for backends that compute in the request's dtype.
+  std::vector<std::string> recipes;
 };
 
 /// Time spent by Execute in each phase, in microseconds.
@@ -115,6 +118,10 @@ class Backend {
   /// batcher may coalesce concurrent calls into one launch (DESIGN.md §8). False for backends
   /// whose numerics depend on the whole launch (fp8: per-tensor scales from the inputs' amax).
   virtual bool coalescable() const { return true; }
+  /// The numerical recipe this backend applies to `shape` beyond its dtype, named for
+  /// ExecutionReport.recipe (fp8: e.g. "e4m3 per-tensor, hadamard q/k, k-smoothing"); empty
+  /// when it computes in the request's dtype as given.
+  virtual std::string Recipe(const AttentionShape& /*shape*/) const { return {}; }
   /// Ok if this backend can run `shape`; otherwise FAILED_PRECONDITION (or RESOURCE_EXHAUSTED
   /// for size limits) with the reason.
   virtual Status Supports(const AttentionShape& shape) const = 0;

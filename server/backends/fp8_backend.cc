@@ -1,7 +1,7 @@
 #include "backends/fp8_backend.h"
 
 #include "attn/kernels/fp8_attention.h"
-#include "attn/kernels/fp8_quantize.h"
+#include "attn/kernels/fp8_prepass.h"
 #if defined(ATTN_HAVE_CUDNN)
 #include "attn/kernels/cudnn_attention.h"
 #endif
@@ -34,12 +34,27 @@ Fp8Backend::Fp8Backend(std::shared_ptr<GpuContext> gpu,
 
 bool Fp8Backend::UseCudnn() const { return sm_ >= 90; }
 
+std::string Fp8Backend::Recipe(const AttentionShape& shape) const {
+  if (shape.dtype == DType::kFloat8E4M3) return "e4m3 per-tensor, client-quantised";
+  return kernels::Fp8RecipeName(shape.fp8);
+}
+
 BackendCapabilities Fp8Backend::Capabilities() const {
   BackendCapabilities c;
   c.dtypes = {DType::kFloat16, DType::kBFloat16};
+  if (UseCudnn()) c.dtypes.push_back(DType::kFloat8E4M3);
   c.gqa = true;
   c.lse = true;
   c.device = gpu_ ? gpu_->info().name : "none";
+  for (const bool rotate : {true, false}) {
+    for (const bool smooth_k : {true, false}) {
+      kernels::Fp8Options o;
+      o.rotate = rotate;
+      o.smooth_k = smooth_k;
+      c.recipes.push_back(kernels::Fp8RecipeName(o));
+    }
+  }
+  if (UseCudnn()) c.recipes.push_back("e4m3 per-tensor, client-quantised");
   if (UseCudnn()) {
     for (int h = 16; h <= 256; h += 16) c.head_dims.push_back(h);  // multiples of 16
     c.max_head_dim = 256;
@@ -47,8 +62,11 @@ BackendCapabilities Fp8Backend::Capabilities() const {
     c.causal = {CausalAlignment::kNone, CausalAlignment::kTopLeft};
     c.window = true;  // top-left windows only
     c.description =
-        "E4M3 (per-tensor amax scales, quantised on the GPU) through cuDNN's FP8 SDPA; output "
-        "converted to the request dtype; padded layout; no bottom-right diagonal on Hopper";
+        "E4M3 through cuDNN's FP8 SDPA: fp16/bf16 inputs quantised on the GPU with per-tensor "
+        "scales over valid positions, Hadamard-rotated q/k and smoothed k by default "
+        "(AttendRequest.fp8 turns them off), output converted to the request dtype; "
+        "FLOAT8_E4M3 inputs as given, o in E4M3 with v's scale; padded layout; no bottom-right "
+        "diagonal on Hopper";
   } else {
     c.head_dims = {64, 128};
     c.max_head_dim = 128;
@@ -57,18 +75,30 @@ BackendCapabilities Fp8Backend::Capabilities() const {
                 CausalAlignment::kBottomRight};
     c.window = true;
     c.description =
-        "E4M3 (per-tensor amax scales, quantised on the GPU) on our mma.sync m16n8k32 e4m3 "
-        "kernel (sm_89), fp32 accumulation";
+        "E4M3 on our mma.sync m16n8k32 e4m3 kernel (sm_89), fp32 accumulation: fp16/bf16 "
+        "inputs quantised on the GPU with per-tensor scales over valid positions, "
+        "Hadamard-rotated q/k and smoothed k by default (AttendRequest.fp8 turns them off); "
+        "FLOAT8_E4M3 inputs are refused here (cuDNN path only)";
   }
   return c;
 }
 
 Status Fp8Backend::Supports(const AttentionShape& shape) const {
   if (!available()) return FailedPrecondition("fp8 is unavailable: " + unavailable_reason_);
-  if (shape.dtype != DType::kFloat16 && shape.dtype != DType::kBFloat16) {
+  const bool e4m3_in = shape.dtype == DType::kFloat8E4M3;
+  if (e4m3_in && !UseCudnn()) {
+    return FailedPrecondition("fp8 takes FLOAT8_E4M3 requests on sm_90 and newer (cuDNN's FP8 "
+                              "SDPA) only; on sm_" + std::to_string(sm_) +
+                              " send float16 or bfloat16 (quantised to E4M3 on the GPU)");
+  }
+  if (!e4m3_in && shape.dtype != DType::kFloat16 && shape.dtype != DType::kBFloat16) {
     return FailedPrecondition(std::string("fp8 takes float16 or bfloat16 requests (quantised "
-                                          "to E4M3 on the GPU), got ") +
+                                          "to E4M3 on the GPU) or FLOAT8_E4M3, got ") +
                               kernels::DTypeName(shape.dtype));
+  }
+  if (!e4m3_in && (kernels::Fp8HadamardOrder(shape.head_dim) == 0 || shape.head_dim > 256)) {
+    return FailedPrecondition("fp8 quantises head dims that are multiples of 8 up to 256, got " +
+                              std::to_string(shape.head_dim));
   }
 #if defined(ATTN_HAVE_CUDNN)
   if (UseCudnn()) return cudnn_->Supports(shape, /*fp8=*/true);
@@ -96,7 +126,10 @@ Status Fp8Backend::Run(const AttentionShape& shape, const GpuContext::Io& io, Ex
     const kernels::CudnnPlan& p = *plan;
     kernels::CudnnAttention* cd = cudnn_.get();
     kernels::CudnnFp8Inputs in;
-    in.out_dtype = shape.dtype;
+    in.out_dtype = shape.dtype;  // E4M3 inputs: o in E4M3 too, with v's scale
+    in.q_descale = shape.fp8.q_descale;
+    in.k_descale = shape.fp8.k_descale;
+    in.v_descale = shape.fp8.v_descale;
     return gpu_->Dispatch(
         shape, io, p.workspace_bytes,
         [&p, cd, in](const AttentionTensors& dev, void* ws, uint64_t ws_bytes, cublasContext*,
@@ -112,27 +145,27 @@ Status Fp8Backend::ExecuteOwnKernel(const AttentionShape& shape, const GpuContex
   auto plan = kernels::Fp8AttentionPlanFor(shape, gpu_->info().index);
   if (!plan.ok()) return plan.status();
   const kernels::Fp8AttentionPlan& p = *plan;
-  // Workspace: q8 | k8 | v8 | 9 scalars (scale, descale, amax per tensor) | kernel workspace.
+  // Workspace: q8 | k8 | v8 | 9 scalars (Fp8Scalar order) | pre-pass | kernel workspace.
   const uint64_t q8 = 0, k8 = Up(shape.q_elements()), v8 = k8 + Up(shape.kv_elements()),
-                 sc = v8 + Up(shape.kv_elements()), kw = sc + Up(9 * sizeof(float)),
-                 total = kw + Up(static_cast<uint64_t>(p.workspace_bytes));
+                 sc = v8 + Up(shape.kv_elements()),
+                 pw = sc + Up(kernels::kFp8NumScalars * sizeof(float)),
+                 pw_bytes = Up(static_cast<uint64_t>(kernels::Fp8PrepassWorkspaceBytes(shape))),
+                 kw = pw + pw_bytes, total = kw + Up(static_cast<uint64_t>(p.workspace_bytes));
   return gpu_->Dispatch(
       shape, io, total,
       [&](const AttentionTensors& dev, void* ws, uint64_t, cublasContext*, cudaStream_t stream) {
         char* w = static_cast<char*>(ws);
         float* s = reinterpret_cast<float*>(w + sc);
-        ATTN_RETURN_IF_ERROR(kernels::Fp8QuantizePerTensor(dev.q, shape.dtype, shape.q_elements(),
-                                                           w + q8, s + 0, s + 1, s + 2, stream));
-        ATTN_RETURN_IF_ERROR(kernels::Fp8QuantizePerTensor(
-            dev.k, shape.dtype, shape.kv_elements(), w + k8, s + 3, s + 4, s + 5, stream));
-        ATTN_RETURN_IF_ERROR(kernels::Fp8QuantizePerTensor(
-            dev.v, shape.dtype, shape.kv_elements(), w + v8, s + 6, s + 7, s + 8, stream));
+        ATTN_RETURN_IF_ERROR(kernels::Fp8Prepass(shape, dev, w + q8, w + k8, w + v8, s, w + pw,
+                                                 static_cast<int64_t>(pw_bytes), stream));
         AttentionTensors t = dev;
         t.q = w + q8;
         t.k = w + k8;
         t.v = w + v8;
-        kernels::Fp8Descales d{s + 1, s + 4, s + 7};
-        return kernels::Fp8AttentionRun(p, t, d, w + kw, p.workspace_bytes, stream);
+        kernels::Fp8Descales d{s + kernels::kFp8DescaleQ, s + kernels::kFp8DescaleK,
+                               s + kernels::kFp8DescaleV};
+        ATTN_RETURN_IF_ERROR(kernels::Fp8AttentionRun(p, t, d, w + kw, p.workspace_bytes, stream));
+        return kernels::Fp8PrepassLseShift(shape, dev, w + pw, stream);
       },
       times);
 }

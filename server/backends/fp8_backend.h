@@ -1,6 +1,9 @@
 // `fp8`: attention with E4M3 inputs and fp32 accumulation, output in the request's dtype
-// (DESIGN.md §5). fp16/bf16 q, k, v are quantised on the GPU with per-tensor scales from their
-// amax (kernels/include/attn/kernels/fp8_quantize.h), counted in the kernel time.
+// (DESIGN.md §5). fp16/bf16 q, k, v are quantised on the GPU by the accuracy pre-pass
+// (kernels/include/attn/kernels/fp8_prepass.h: per-tensor scales from the amax over valid
+// positions, K smoothing and a Hadamard rotation of q and k unless the request turns them off),
+// counted in the kernel time. FLOAT8_E4M3 requests (the client quantised, Tensor.scale the
+// descales) run on the cuDNN path as given and get o back in E4M3 with v's scale.
 //   sm_90 and newer: cuDNN's FP8 SDPA (kernels/cudnn, CudnnGraphKind::kFp8); padded layouts;
 //     Hopper has no bottom-right diagonal in FP8 (refused by Supports with the reason).
 //   sm_89 (L4): our own e4m3 mma.sync kernel (kernels/fp8, Fp8AttentionRun).
@@ -35,6 +38,9 @@ class Fp8Backend final : public Backend {
   /// Never coalesced: the per-tensor quantisation scales come from the amax of the whole launch,
   /// so a call packed with others would get a different result than alone.
   bool coalescable() const override { return false; }
+  /// Fp8RecipeName(shape.fp8) for fp16/bf16 inputs (attn/kernels/fp8_prepass.h), "e4m3
+  /// per-tensor, client-quantised" for FLOAT8_E4M3 inputs.
+  std::string Recipe(const AttentionShape& shape) const override;
   Status Supports(const AttentionShape& shape) const override;
   Status Execute(const AttentionShape& shape, const AttentionTensors& host,
                  ExecuteTimes* times) override;

@@ -234,6 +234,7 @@ void AttentionServiceImpl::Complete(AttendCall* call, AttendResult&& result) {
   const ValidatedAttend& v = call->validated;
   auto* o = call->response->mutable_o();
   o->set_dtype(DTypeToProto(v.shape.dtype));
+  if (v.shape.dtype == kernels::DType::kFloat8E4M3) o->set_scale(v.shape.fp8.v_descale);
   for (int64_t d : v.o_shape) o->add_shape(d);
   *o->mutable_data() = std::move(result.o);
   if (v.shape.return_lse) {
@@ -254,6 +255,7 @@ void AttentionServiceImpl::Respond(AttendCall* call, const AttendResult& result)
   report->set_backend(call->choice.backend->name());
   report->set_backend_reason(call->choice.reason);
   report->set_auto_bucket(call->choice.bucket);
+  report->set_recipe(call->choice.backend->Recipe(shape));
   report->set_batch_size(static_cast<int32_t>(result.batch_size));
   report->set_batch_tokens(result.batch_tokens);
   report->set_flops(v.flops);
@@ -330,6 +332,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetServerInfo(
     info->set_supports_lse(c.lse);
     info->set_device(c.device);
     info->set_description(c.description);
+    for (const std::string& recipe : c.recipes) info->add_recipes(recipe);
   }
   auto* reactor = context->DefaultReactor();
   if (metrics_ != nullptr) {

@@ -290,6 +290,15 @@ Status CheckMaskAndScale(const AttendRequest& r, const ValidationLimits& limits,
   } else {
     s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   }
+  // fp8 options (unset: on) and, for FLOAT8_E4M3 inputs, the per-tensor descales (CheckTensor
+  // has checked them finite and > 0).
+  s.fp8.rotate = !r.fp8().has_rotate() || r.fp8().rotate();
+  s.fp8.smooth_k = !r.fp8().has_smooth_k() || r.fp8().smooth_k();
+  if (s.dtype == DType::kFloat8E4M3) {
+    s.fp8.q_descale = r.q().scale();
+    s.fp8.k_descale = r.k().scale();
+    s.fp8.v_descale = r.v().scale();
+  }
   return Status::Ok();
 }
 

@@ -59,6 +59,41 @@ TEST(AttendValidator, GoodPaddedRequestDescribesTheProblem) {
   EXPECT_EQ(t.kv_lengths[1], 4);
 }
 
+TEST(AttendValidator, Fp8OptionsDefaultOnAndE4M3ScalesAreCarried) {
+  AttendRequest r = Padded(1, 4, 4, 2, 2, 64);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_TRUE(v->shape.fp8.rotate);  // unset means on
+  EXPECT_TRUE(v->shape.fp8.smooth_k);
+  r.mutable_fp8()->set_rotate(false);
+  v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->shape.fp8.rotate);
+  EXPECT_TRUE(v->shape.fp8.smooth_k);
+  r.mutable_fp8()->set_smooth_k(false);
+  r.mutable_fp8()->set_rotate(true);
+  v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->shape.fp8.rotate);
+  EXPECT_FALSE(v->shape.fp8.smooth_k);
+  // FLOAT8_E4M3 inputs: one byte per element, the per-tensor scales become the descales.
+  for (auto* t : {r.mutable_q(), r.mutable_k(), r.mutable_v()}) {
+    t->set_dtype(attention::v1::FLOAT8_E4M3);
+    t->mutable_data()->resize(t->data().size() / 2);
+  }
+  r.mutable_q()->set_scale(0.5f);
+  r.mutable_k()->set_scale(0.25f);
+  r.mutable_v()->set_scale(2.f);
+  v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.dtype, kernels::DType::kFloat8E4M3);
+  EXPECT_FLOAT_EQ(v->shape.fp8.q_descale, 0.5f);
+  EXPECT_FLOAT_EQ(v->shape.fp8.k_descale, 0.25f);
+  EXPECT_FLOAT_EQ(v->shape.fp8.v_descale, 2.f);
+  r.mutable_v()->set_scale(0.f);
+  ExpectInvalid(r, "v.scale");
+}
+
 TEST(AttendValidator, VarlenComputesOffsets) {
   AttendRequest r;
   r.set_layout(attention::v1::LAYOUT_VARLEN);
