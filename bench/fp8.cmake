@@ -5,3 +5,13 @@
 add_executable(attn_fp8_bench ${CMAKE_CURRENT_LIST_DIR}/fp8_bench.cu)
 target_link_libraries(attn_fp8_bench PRIVATE attn_kernels CUDA::cudart_static)
 target_compile_options(attn_fp8_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+
+# cuDNN FP8 benchmark (issue 20): cuDNN's FP8 SDPA on Hopper, alone (E4M3 in/out, heuristic and
+# autotuned engine) and as the whole fp8 path from bf16 (pre-pass + graph + conversion, recipe
+# off and default), against cuDNN bf16; correctness first. Built only with the cudnn family;
+# ATTN_HAVE_CUDNN comes from attn_kernels (attn_cudnn_configure), as for attn_kernel_bench.
+if(ATTN_CUDNN_FOUND)
+  add_executable(attn_cudnn_fp8_bench ${CMAKE_CURRENT_LIST_DIR}/cudnn_fp8_bench.cu)
+  target_link_libraries(attn_cudnn_fp8_bench PRIVATE attn_kernels CUDA::cudart_static)
+  target_compile_options(attn_cudnn_fp8_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+endif()
