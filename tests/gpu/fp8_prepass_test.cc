@@ -322,15 +322,22 @@ void RecipeTable(const std::string& path, const PathRun& run) {
           r.run = run;
           r.tolerance = H == 128 ? 0.10 : 0.15;
           r.lse_tolerance = 0.25;
-          const CaseResult res = RunCase(r, c);
+          CaseResult res = RunCase(r, c);
           std::printf("  %s %.4f (lse %.3g)", recipe_names[recipe], res.rel_l2, res.worst_lse_abs);
-          if (jsonl.is_open()) jsonl << ResultsToJson("fp8-prepass/" + path, {res});
-          if (recipe == 3) {
-            EXPECT_TRUE(std::isfinite(res.rel_l2) && res.rel_l2 <= r.tolerance)
-                << path << " " << c.name << ": rel_l2 " << res.rel_l2;
-            if (kind != InputKind::kOutlierChannels) {
-              EXPECT_LE(res.worst_lse_abs, 0.25) << path << " " << c.name;
-            }
+          // What this table asserts (the default recipe's rel_l2, and its lse off the outlier
+          // set) decides the recorded status; the other recipes' rows are reports.
+          const bool asserted = recipe == 3;
+          const bool l2_ok = std::isfinite(res.rel_l2) && res.rel_l2 <= r.tolerance;
+          const bool lse_ok = kind == InputKind::kOutlierChannels || res.worst_lse_abs <= 0.25;
+          res.passed = !asserted || (l2_ok && lse_ok);
+          if (!asserted) res.failure.clear();
+          if (jsonl.is_open()) {
+            jsonl << ResultsToJson(std::string("fp8-prepass/") + path + (asserted ? "" : "/report"),
+                                   {res});
+          }
+          if (asserted) {
+            EXPECT_TRUE(l2_ok) << path << " " << c.name << ": rel_l2 " << res.rel_l2;
+            EXPECT_TRUE(lse_ok) << path << " " << c.name << ": lse " << res.worst_lse_abs;
           }
         }
         std::printf("\n");
