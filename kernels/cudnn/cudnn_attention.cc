@@ -323,7 +323,7 @@ Status CudnnAttention::Run(const CudnnPlan& plan, const AttentionTensors& dev,
                                                   cudaMemcpyHostToDevice, stream),
                                   "scalars"));
       ATTN_RETURN_IF_ERROR(Fp8Prepass(s, dev, ws + l.q8, ws + l.k8, ws + l.v8, sc, ws + l.prepass,
-                                      static_cast<int64_t>(l.scalars - l.prepass), stream));
+                                      Fp8PrepassWorkspaceBytes(s), stream));
       pack[cudnn_detail::kUidQ] = ws + l.q8;
       pack[cudnn_detail::kUidK] = ws + l.k8;
       pack[cudnn_detail::kUidV] = ws + l.v8;

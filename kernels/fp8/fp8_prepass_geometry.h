@@ -85,18 +85,22 @@ inline float HadamardNorm(int order) {
   return static_cast<float>(1.0 / __builtin_sqrt(static_cast<double>(order)));
 }
 
-/// Workspace layout: the K mean's partial sums (B, K, Chunks(S), H) floats, then the means
-/// (B, K, H) floats, each 256-byte aligned.
+/// Workspace layout: the K statistics per (entry, kv head, chunk, channel) of the rotated keys
+/// (B, K, Chunks(S), H) floats each: partial sums, maxima and minima; then the means (B, K, H)
+/// floats; each 256-byte aligned.
 struct PrepassWorkspace {
-  int64_t partial_offset = 0, mean_offset = 0, bytes = 0;
+  int64_t partial_offset = 0, max_offset = 0, min_offset = 0, mean_offset = 0, bytes = 0;
 };
 inline PrepassWorkspace PrepassWorkspaceLayout(const AttentionShape& s) {
   PrepassWorkspace w;
   if (!s.fp8.smooth_k || s.batch <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0) return w;
   auto up = [](int64_t x) { return (x + 255) / 256 * 256; };
   const int64_t units = s.batch * s.num_kv_heads;
+  const int64_t stats = up(4 * units * Chunks(s.max_kv_len) * s.head_dim);
   w.partial_offset = 0;
-  w.mean_offset = up(4 * units * Chunks(s.max_kv_len) * s.head_dim);
+  w.max_offset = stats;
+  w.min_offset = 2 * stats;
+  w.mean_offset = 3 * stats;
   w.bytes = w.mean_offset + up(4 * units * s.head_dim);
   return w;
 }

@@ -6,6 +6,7 @@
 
 #include "attn/kernels/fp8_prepass.h"
 #include "attn/kernels/fp8_quantize.h"
+#include "fp8_kmean.h"
 #include "fp8_prepass_geometry.h"
 
 namespace attn::kernels {
@@ -47,14 +48,8 @@ float Mul(float a, float b) {
   return r;
 }
 
-/// One row of H elements at `src`, minus `mean` (null: none), rotated with `order` (0: none).
-void Transformed(const uint16_t* src, bool bf16, int64_t H, const float* mean, int order,
-                 float norm, float* x) {
-  for (int64_t i = 0; i < H; ++i) {
-    x[i] = ToFloat(src[i], bf16);
-    if (mean) x[i] = Sub(x[i], mean[i]);
-  }
-  if (order == 0) return;
+/// x <- x·H_order·order^-1/2 per aligned block of `order` elements (HadamardRotate).
+void Rotate(int64_t H, int order, float norm, float* x) {
   for (int64_t base = 0; base < H; base += order) {
     for (int s = 1; s < order; s <<= 1) {
       for (int i = 0; i < order; ++i) {
@@ -69,13 +64,25 @@ void Transformed(const uint16_t* src, bool bf16, int64_t H, const float* mean, i
   for (int64_t i = 0; i < H; ++i) x[i] = Mul(x[i], norm);
 }
 
-/// Sum of valid rows per (entry, head) in the device's order (MeanPartialKernel + MeanFinal).
-std::vector<float> Means(const uint16_t* k, bool bf16, const PrepassTensor& t) {
+/// One row of H elements at `src`, rotated with `order` (0: none), then minus `mean` (null:
+/// none; the mean of the rotated rows), as LoadTransformed (fp8_prepass_device.cuh).
+void Transformed(const uint16_t* src, bool bf16, int64_t H, const float* mean, int order,
+                 float norm, float* x) {
+  for (int64_t i = 0; i < H; ++i) x[i] = ToFloat(src[i], bf16);
+  if (order != 0) Rotate(H, order, norm, x);
+  if (mean)
+    for (int64_t i = 0; i < H; ++i) x[i] = Sub(x[i], mean[i]);
+}
+
+/// Mean of the valid rotated rows per (entry, head) in the device's order (MeanPartialKernel +
+/// MeanFinalKernel).
+std::vector<float> Means(const uint16_t* k, bool bf16, const PrepassTensor& t, int order,
+                         float norm) {
   const int64_t H = t.head_dim, chunks = fp8::Chunks(t.max_len);
   const int rpp = fp8::RowsPerPass(H);
   std::vector<float> mean(t.batch * t.heads * H, 0.f);
   std::vector<float> partial(chunks * H);
-  std::vector<float> acc(rpp * H);
+  std::vector<float> acc(rpp * H), x(H);
   for (int64_t b = 0; b < t.batch; ++b) {
     const int64_t len = t.Length(b);
     for (int64_t h = 0; h < t.heads; ++h) {
@@ -86,8 +93,8 @@ std::vector<float> Means(const uint16_t* k, bool bf16, const PrepassTensor& t) {
             const int64_t tok = c * kFp8PrepassChunk + p * rpp + r;
             if (tok >= len) continue;
             const uint16_t* row = k + ((t.RowBase(b) + tok) * t.heads + h) * H;
-            for (int64_t d = 0; d < H; ++d)
-              acc[r * H + d] = Add(acc[r * H + d], ToFloat(row[d], bf16));
+            Transformed(row, bf16, H, nullptr, order, norm, x.data());
+            for (int64_t d = 0; d < H; ++d) acc[r * H + d] = Add(acc[r * H + d], x[d]);
           }
         }
         for (int64_t d = 0; d < H; ++d) {
@@ -167,12 +174,23 @@ Status Fp8PrepassReference(const AttentionShape& s, const uint16_t* q, const uin
   const PrepassTensor qt = fp8::QTensor(s, index), kt = fp8::KvTensor(s, index);
   scalars->assign(kFp8NumScalars, 0.f);
   mean_k->clear();
-  if (s.fp8.smooth_k) *mean_k = Means(k, bf16, kt);
+  if (s.fp8.smooth_k) *mean_k = Means(k, bf16, kt, order, norm);
   const float* mean = s.fp8.smooth_k ? mean_k->data() : nullptr;
   Quantize(q, bf16, qt, nullptr, order, norm, q8, scalars->data() + kFp8ScaleQ);
   Quantize(k, bf16, kt, mean, order, norm, k8, scalars->data() + kFp8ScaleK);
   Quantize(v, bf16, kt, nullptr, 0, 1.f, v8, scalars->data() + kFp8ScaleV);
   return Status::Ok();
 }
+
+namespace fp8 {
+
+std::vector<float> KMeanReference(const AttentionShape& s, const uint16_t* k,
+                                  const AttentionTensors& host_index) {
+  const int order = s.fp8.rotate ? Fp8HadamardOrder(s.head_dim) : 0;
+  return Means(k, s.dtype == DType::kBFloat16, KvTensor(s, host_index), order,
+               order ? HadamardNorm(order) : 1.f);
+}
+
+}  // namespace fp8
 
 }  // namespace attn::kernels

@@ -10,25 +10,30 @@
 //                request masks out by length can neither move a scale nor reach an output
 //                through NaN/Inf arithmetic (issue 20: "values the request masks out decide the
 //                precision of the values it keeps").
-//   smooth_k     mean_{b,h} = (1/S_b) Σ_{valid t} k[b,t,h,:] in fp32 per (entry, kv head), and
-//                k ← k − mean. Exact for attention: every logit of a row of entry b shifts by
-//                the same scale·q·mean_{b,h}, which the softmax removes (SageAttention, Zhang et
-//                al. 2024, §3.2). The LSE shifts by that amount: Fp8PrepassLseShift adds it back.
 //   rotate       x ← x·Hₙ for every q and k row, Hₙ the orthonormal Sylvester-Hadamard matrix of
 //                order n = the largest power of two dividing head_dim (block-diagonal when n <
 //                head_dim), applied by the fast Walsh-Hadamard transform (log2 n add/sub stages,
 //                then · n^-1/2). Q·Kᵀ is unchanged (Hₙ·Hₙᵀ = I), while a few outlier channels
 //                are spread over all n (FlashAttention-3's "incoherent processing", Shah et al.
 //                2024, §3.3). V is not rotated.
+//   smooth_k     after the rotation: mean_{b,h} = (1/S_b) Σ_{valid t} rot(k[b,t,h,:]) in fp32 per
+//                (entry, kv head), and rot(k) ← rot(k) − mean. Exact for attention: every logit
+//                of a row of entry b shifts by the same scale·rot(q)·mean_{b,h} (= q·mean of the
+//                unrotated keys), which the softmax removes (SageAttention, Zhang et al. 2024,
+//                §3.2). The LSE shifts by that amount: Fp8PrepassLseShift adds it back.
 //   amax         max |x| over valid rows of the transformed tensor (exact: integer max on the
 //                fp32 bits, NaN propagates), then the per-tensor scale of fp8_quantize.h:
 //                scale = min(448 / amax, 2^126) (1 when amax is 0 or not finite), x8 =
 //                e4m3_rn_satfinite(x · scale), descale = 1 / scale.
-// Passes over the bf16/fp16 input: q 2 (amax, quantise), k 2 + 1 with smoothing (mean, amax,
-// quantise), v 2; the quantise pass walks its blocks in reverse so that what the amax pass read
-// last is still in L2. Every transform is recomputed identically in each pass (add/sub/mul only,
-// no contraction), so the amax is exactly that of the values quantised, and the host reference
-// (Fp8PrepassReference) reproduces the device bit for bit.
+// Passes over the bf16/fp16 input: two over each tensor, in two launches for all three. Pass 1
+// takes the amax of rot(q) and of v, and for k either its amax or, with smoothing, per chunk of
+// keys the sum, max and min of every rotated channel; a small kernel then forms K's mean and its
+// amax from those extremes (rounding is monotonic, so max |fl(x − mean)| over the keys is exactly
+// max(|fl(max − mean)|, |fl(min − mean)|): no third read of k). Pass 2 quantises all three,
+// walking its blocks in reverse so that what pass 1 read last is still in L2. Each thread issues
+// the loads of all its rows before transforming any. Every transform is recomputed identically
+// in each pass (add/sub/mul only, no contraction), so the amax is exactly that of the values
+// quantised, and the host reference (Fp8PrepassReference) reproduces the device bit for bit.
 //
 // Stream-ordered, no host synchronisation, no allocation (caller's workspace), graph-capturable.
 #pragma once
@@ -87,7 +92,7 @@ Status Fp8Prepass(const AttentionShape& shape, const AttentionTensors& dev, void
                   void* v8, float* scalars, void* workspace, int64_t workspace_bytes,
                   cudaStream_t stream);
 
-/// With smooth_k and shape.return_lse: adds scale·q[b,t,n,:]·mean_{b,n/g} to every finite
+/// With smooth_k and shape.return_lse: adds scale·rot(q[b,t,n,:])·mean_{b,n/g} to every finite
 /// dev.lse entry of a valid row (the softmax's shift, undone), reading the unquantised dev.q and
 /// the means Fp8Prepass left in `workspace`. Rows that see no key keep −inf. A no-op otherwise.
 /// Errors: as Fp8Prepass.

@@ -65,7 +65,8 @@ Status Fp8QuantizePerTensor(const void* src, DType src_dtype, int64_t n, void* d
 
 /// Converts `n` E4M3 bytes back to `dst_dtype` (kFloat32, kFloat16 or kBFloat16) on `stream`:
 /// dst_i = float(src_i) · (*d_descale) (d_descale a device float; null means 1). NaN bytes stay
-/// NaN. For tests and for FP8 tensors handed to non-FP8 backends.
+/// NaN. For tests, FP8 tensors handed to non-FP8 backends and the cuDNN FP8 path's output.
+/// Eight elements per thread and step when src is 8-byte and dst 16-byte aligned.
 /// Errors: INVALID_ARGUMENT for null pointers (n > 0), n < 0 or an unsupported dtype; INTERNAL
 /// for a failed launch.
 Status Fp8Dequantize(const void* src_e4m3, int64_t n, const float* d_descale, DType dst_dtype,
