@@ -28,6 +28,7 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
   if (gpu) {
     kernels::CudnnOptions opt;
     opt.library = config.cudnn_library;
+    opt.autotune = config.cudnn_autotune;
     auto c = kernels::CudnnAttention::Create(gpu->info().index, opt);
     if (c.ok()) {
       cudnn = std::move(*c);
@@ -52,7 +53,9 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
   reg->Add(std::make_unique<CudnnBackend>(gpu, cudnn, cudnn_why), /*auto_rank=*/20);
   reg->Add(std::make_unique<Fp8Backend>(gpu, cudnn, cudnn_why), /*auto_rank=*/-1);
   kernels::CudnnAttention* cd = cudnn.get();
-  built->facts.backend_info = [creg, cd, hold = cudnn](attention::v1::GetServerInfoResponse* r) {
+  built->facts.backend_info = [creg, cd, hold = cudnn,
+                              autotune = config.cudnn_autotune](
+                                 attention::v1::GetServerInfoResponse* r) {
     FillCalibrationInfo(creg->calibration(), r);
     if (cd == nullptr) return;
     const kernels::CudnnCounters k = cd->counters();
@@ -68,6 +71,9 @@ void AddCudnnAndFp8Backends(const ServerConfig& config, std::shared_ptr<GpuConte
     c->set_hits(k.hits);
     c->set_build_seconds(k.build_seconds);
     c->set_warmup_seconds(k.warmup_seconds);
+    c->set_autotune(autotune);
+    c->set_autotuned(k.autotuned);
+    c->set_autotune_failures(k.autotune_failures);
   };
 #else
   (void)config;

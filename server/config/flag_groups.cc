@@ -16,6 +16,7 @@ const std::map<std::string, std::string>& GroupOf() {
           "advertise-address", "replica-tag", "health-address"}},
         {"Backends & GPU",
          {"default-backend", "threads", "cpu-threads", "device", "cudnn-library", "cudnn-warmup",
+          "cudnn-autotune",
           "calibrate", "calibration-file", "calibration-reps", "gpu-memory-fraction",
           "pinned-staging-bytes", "naive-workspace-bytes"}},
         {"Batching",

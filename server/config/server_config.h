@@ -121,6 +121,7 @@ struct ServerConfig {
   double max_connection_age_grace_s = 0.0;
   // cuDNN and auto calibration (backends/cudnn_backend.h, backends/calibration.h).
   std::string cudnn_library;           ///< --cudnn-library (empty: cudnn_library.h's search)
+  bool cudnn_autotune = false;         ///< --cudnn-autotune (CudnnOptions::autotune)
   /// Graph buckets built at start (backends/cudnn_warmup.h format); empty: none.
   std::string cudnn_warmup = "bf16:8:8:64:bottom_right:64-4096";
   bool calibrate = false;              ///< time the backends at start; auto picks per bucket

@@ -167,6 +167,10 @@ void AddLoggingAndDeviceFlags(CLI::App& app, ServerConfig* c) {
                  "cuDNN graph buckets built at start: 'dtype:N:K:H:mask:Tmin-Tmax' entries "
                  "separated by ';' (empty: none)")
       ->capture_default_str();
+  app.add_flag("--cudnn-autotune", c->cudnn_autotune,
+               "cuDNN graphs: build every engine configuration the heuristics offer (modes A "
+               "and FALLBACK) and time them at each graph's first run, keeping the fastest "
+               "(cudnn-frontend autotune; slower first runs, GetServerInfo counts them)");
   app.add_flag("--calibrate", c->calibrate,
                "time every backend on a grid of shape buckets at start; auto then runs the "
                "fastest that passed parity per bucket (saved to --calibration-file if given)");
