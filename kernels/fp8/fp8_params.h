@@ -51,18 +51,30 @@ ATTN_HD int64_t VtRowLen(bool varlen, int64_t batch, int64_t max_kv_len, int64_t
                 : batch * RoundUp(max_kv_len, kVtSlotAlign);
 }
 
+// ---- Modes of the 8-bit kernel (Traits::kMode) ------------------------------------------------
+// Q·Kᵀ in E4M3 with per-tensor descales (Fp8AttentionRun), or in INT8 with per-token scales
+// (Int8AttentionRun: mma.sync m16n8k32 s8, int32 accumulation); P·V in E4M3 (Vᵀ workspace, per-
+// tensor V descale) or in the 16-bit input dtype (V read directly, mma.sync m16n8k16).
+inline constexpr int kModeE4M3 = 0;        ///< e4m3 q·k + e4m3 p·v (the FP8 kernel)
+inline constexpr int kModeInt8E4M3Pv = 1;  ///< int8 q·k + e4m3 p·v
+inline constexpr int kModeInt8Bf16Pv = 2;  ///< int8 q·k + bf16 p·v (bf16 inputs)
+inline constexpr int kModeInt8F16Pv = 3;   ///< int8 q·k + fp16 p·v (fp16 inputs)
+
 /// Everything one launch reads, by value in the kernel's parameter space. Offsets are in bytes
 /// for the e4m3 tensors (one byte per element) and elements for o; all 64-bit where they scale.
 struct Fp8Params {
   const uint8_t* q = nullptr;   ///< (B,T,N,H) padded or (total_q,N,H) varlen, e4m3
   const uint8_t* k = nullptr;   ///< (B,S,K,H) padded or (total_kv,K,H) varlen, e4m3
-  const uint8_t* v = nullptr;   ///< same layout as k (read by the Vᵀ pre-pass only)
+  const uint8_t* v = nullptr;   ///< same layout as k: e4m3, read by the Vᵀ pre-pass only; or,
+                                ///< 16-bit P·V modes, the bf16/fp16 V read by the kernel itself
   uint8_t* vt = nullptr;        ///< the Vᵀ workspace (layout above)
   void* o = nullptr;            ///< q's layout, out dtype
   float* lse = nullptr;         ///< (B,N,T) padded or (N,total_q) varlen; null: not written
   const float* q_descale = nullptr;  ///< device scalars: real = e4m3 value × descale
   const float* k_descale = nullptr;
-  const float* v_descale = nullptr;
+  const float* v_descale = nullptr;  ///< e4m3 P·V modes only
+  const float* q_scale = nullptr;  ///< INT8 modes: (q_rows, N) per-token scales (real ≈ q8·scale)
+  const float* k_scale = nullptr;  ///< INT8 modes: (kv_rows, K) per-token scales
   const int32_t* q_lengths = nullptr;   ///< padded only; null: T
   const int32_t* kv_lengths = nullptr;  ///< padded only; null: S
   const int64_t* q_offsets = nullptr;   ///< varlen only: (B+1)
@@ -113,6 +125,13 @@ constexpr int Fp8SmemBytes(int head_dim, int block_m, int block_n) {
   return head_dim * (block_m + 4 * block_n);
 }
 constexpr int Fp8EpilogueBytes(int head_dim, int block_m) { return block_m * (2 * head_dim + 16); }
+/// Dynamic shared memory of any mode: Q tile + 2 stages of (K tile, V tile, INT8: the tile's BN
+/// key scales). The 16-bit P·V modes' V tile is BN rows of 2·H bytes. Mode 0 is Fp8SmemBytes.
+constexpr int EightBitSmemBytes(int mode, int head_dim, int block_m, int block_n) {
+  return head_dim * block_m +
+         2 * (block_n * head_dim * (mode >= kModeInt8Bf16Pv ? 3 : 2) +
+              (mode != kModeE4M3 ? 4 * block_n : 0));
+}
 
 // ---- The explicit instantiation list -------------------------------------------------------
 // X(head_dim, block_m, block_n, warps). The index of an entry among its head dim's entries is
@@ -133,6 +152,42 @@ constexpr int Fp8EpilogueBytes(int head_dim, int block_m) { return block_m * (2 
   static_assert(BN == 64 || BN == 128, "Vt slots are padded to 128 keys");
 ATTN_FP8_ALL_VARIANTS(ATTN_FP8_CHECK_SMEM)
 #undef ATTN_FP8_CHECK_SMEM
+
+// INT8 Q·Kᵀ variants: X(pv16, head_dim, block_m, block_n, warps), pv16 = 0 for E4M3 P·V, 1 for
+// 16-bit P·V (one kernel per input dtype). The index of an entry among those of its (pv16, head
+// dim) is its variant number (Int8AttentionPlanOptions::variant); append new entries at the end.
+//   e4m3 p·v,  H=64:  v0 128x64/8w (16-row warps, default)  v1 128x64/4w (32-row warps)
+//   e4m3 p·v,  H=128: v0 128x64/8w (16-row, default)
+//   16-bit p·v, H=64: v0 128x64/8w (16-row, default)        H=128: v0 128x64/8w (16-row)
+// 16-bit P·V tiles at H=128 are 64 keys wide: 128 keys would need 115 KB (the L4 allows 99).
+#define ATTN_INT8_VARIANTS_HD64(X) X(0, 64, 128, 64, 8) X(0, 64, 128, 64, 4) X(1, 64, 128, 64, 8)
+#define ATTN_INT8_VARIANTS_HD128(X) X(0, 128, 128, 64, 8) X(1, 128, 128, 64, 8)
+#define ATTN_INT8_ALL_VARIANTS(X) ATTN_INT8_VARIANTS_HD64(X) ATTN_INT8_VARIANTS_HD128(X)
+
+#define ATTN_INT8_CHECK_SMEM(PV16, H, BM, BN, W)                                               \
+  static_assert(EightBitSmemBytes(PV16 ? kModeInt8Bf16Pv : kModeInt8E4M3Pv, H, BM, BN) <=     \
+                    101376,                                                                    \
+                "int8 variant exceeds the L4's 99 KB");                                        \
+  static_assert(Fp8EpilogueBytes(H, BM) <=                                                     \
+                    EightBitSmemBytes(PV16 ? kModeInt8Bf16Pv : kModeInt8E4M3Pv, H, BM, BN),    \
+                "epilogue staging fits");                                                      \
+  static_assert(BN == 64 || BN == 128, "Vt slots are padded to 128 keys");
+ATTN_INT8_ALL_VARIANTS(ATTN_INT8_CHECK_SMEM)
+#undef ATTN_INT8_CHECK_SMEM
+
+/// The INT8 Q·Kᵀ kernel of one variant; the 16-bit P·V variants pick the bf16 or fp16 kernel
+/// from params.out_bf16 (the input dtype).
+template <int kPv16, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t Int8Launch(const Fp8Params& params, dim3 grid, int smem_bytes, cudaStream_t stream);
+template <int kPv16, int kHeadDim, int kBlockM, int kBlockN, int kWarps>
+cudaError_t Int8Prepare(int smem_bytes);
+
+#define ATTN_INT8_EXTERN(PV16, H, BM, BN, W)                                                   \
+  extern template cudaError_t Int8Launch<PV16, H, BM, BN, W>(const Fp8Params&, dim3, int,      \
+                                                              cudaStream_t);                   \
+  extern template cudaError_t Int8Prepare<PV16, H, BM, BN, W>(int);
+ATTN_INT8_ALL_VARIANTS(ATTN_INT8_EXTERN)
+#undef ATTN_INT8_EXTERN
 
 #define ATTN_FP8_EXTERN(H, BM, BN, W)                                                          \
   extern template cudaError_t Fp8Launch<H, BM, BN, W>(const Fp8Params&, dim3, int,             \

@@ -52,6 +52,13 @@ dim3 GridFor(const PrepassTensor& t) {
               static_cast<unsigned>(t.batch));
 }
 
+/// KFinalKernel's grid: (entries × kv heads, channel groups of 32); CheckShape bounds both
+/// (B, K <= 65535: the product < 2^32; head_dim <= 256: at most 8 groups).
+dim3 KFinalGrid(const AttentionShape& s) {
+  return dim3(static_cast<unsigned>(s.batch * s.num_kv_heads),
+              static_cast<unsigned>((s.head_dim + kKFinalChannels - 1) / kKFinalChannels));
+}
+
 /// Launches StatsKernel (stats; kstats: K's sums and extremes) or QuantizeKernel for the
 /// tensors of `ps` with the pass count of the head dim.
 template <bool kBf16>
@@ -115,9 +122,7 @@ Status PrepassTyped(const AttentionShape& s, const AttentionTensors& dev, uint8_
     LaunchPass<kBf16>(true, smooth, s.head_dim, pk, stream);
     if (smooth) {
       auto* mean = reinterpret_cast<float*>(ws + w.mean_offset);
-      const int64_t n = s.batch * s.num_kv_heads * s.head_dim;
-      KFinalKernel<<<static_cast<unsigned>((n + kPrepassThreads - 1) / kPrepassThreads),
-                     kPrepassThreads, 0, stream>>>(
+      KFinalKernel<<<KFinalGrid(s), kPrepassThreads, 0, stream>>>(
           k.t, pk.sum, pk.max, pk.min, mean, reinterpret_cast<unsigned int*>(sc + kFp8AmaxK));
       pk.part[0].tr.mean = mean;
     }
@@ -192,8 +197,8 @@ namespace fp8 {
 
 Status EnqueueKMean(const AttentionShape& s, const AttentionTensors& dev, void* workspace,
                     cudaStream_t stream) {
+  if (!s.fp8.smooth_k) return Status::Ok();
   ATTN_RETURN_IF_ERROR(CheckShape(s));
-  if (!s.fp8.smooth_k) return InvalidArgument("fp8 K mean: smooth_k is off");
   if (s.batch == 0 || s.max_kv_len == 0 || s.num_kv_heads == 0) return Status::Ok();
   if (dev.k == nullptr || workspace == nullptr || Misaligned(dev.k, 16) ||
       Misaligned(workspace, 16)) {
@@ -218,9 +223,7 @@ Status EnqueueKMean(const AttentionShape& s, const AttentionTensors& dev, void* 
   } else {
     LaunchPass<false>(true, true, s.head_dim, ps, stream);
   }
-  const int64_t n = s.batch * s.num_kv_heads * s.head_dim;
-  KFinalKernel<<<static_cast<unsigned>((n + kPrepassThreads - 1) / kPrepassThreads),
-                 kPrepassThreads, 0, stream>>>(k.t, ps.sum, ps.max, ps.min,
+  KFinalKernel<<<KFinalGrid(s), kPrepassThreads, 0, stream>>>(k.t, ps.sum, ps.max, ps.min,
                                                reinterpret_cast<float*>(ws + w.mean_offset),
                                                nullptr);
   const cudaError_t e = cudaGetLastError();

@@ -168,32 +168,51 @@ __global__ void __launch_bounds__(kPrepassThreads) StatsKernel(Parts ps) {
   }
 }
 
-/// K with smoothing, step 2, one thread per (entry, kv head, channel): mean = Σ over chunks in
-/// order / S_b (0 for an entry with no keys), and K's amax from the extremes. Rounding is
-/// monotonic, so over an entry's valid rows max |fl(x − mean)| = max(|fl(max x − mean)|,
-/// |fl(min x − mean)|) exactly: the amax of the values the quantise pass writes, without
-/// reading k a third time. Entries with no valid key contribute nothing. amax_bits: null to
-/// skip the amax (EnqueueKMean).
+/// Chunk lanes of KFinalKernel: each (entry, kv head, channel) sums its chunks in kKFinalLanes
+/// interleaved streams (chunk c goes to stream c % kKFinalLanes, in increasing c), then the
+/// streams in order 0, 1, ...: a fixed order the host reference repeats (fp8_prepass_reference.cc).
+inline constexpr int kKFinalLanes = 8;
+inline constexpr int kKFinalChannels = kPrepassThreads / kKFinalLanes;  // 32 per block
+
+/// K with smoothing, step 2. Block (entry·K + kv head, channel group of 32), thread (channel,
+/// chunk lane): mean = Σ over chunks (the order above) / S_b (0 for an entry with no keys), and
+/// K's amax from the extremes. Rounding is monotonic, so over an entry's valid rows
+/// max |fl(x − mean)| = max(|fl(max x − mean)|, |fl(min x − mean)|) exactly: the amax of the
+/// values the quantise pass writes, without reading k a third time. Entries with no valid key
+/// contribute nothing. amax_bits: null to skip the amax (EnqueueKMean).
 __global__ void __launch_bounds__(kPrepassThreads)
     KFinalKernel(PrepassTensor t, const float* __restrict__ sum, const float* __restrict__ mx,
                  const float* __restrict__ mn, float* __restrict__ mean,
                  unsigned int* __restrict__ amax_bits) {
-  const int64_t n = t.batch * t.heads * t.head_dim, chunks = fp8::Chunks(t.max_len);
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint32_t bits = 0;
-  if (i < n) {
-    const int64_t d = i % t.head_dim, unit = i / t.head_dim, b = unit / t.heads;
-    float s = 0.f, hi = -__builtin_huge_valf(), lo = __builtin_huge_valf();
-#pragma unroll 8  // independent loads in flight; the adds keep their order
-    for (int64_t c = 0; c < chunks; ++c) {
+  __shared__ float part[3][kKFinalLanes][kKFinalChannels];
+  const int64_t chunks = fp8::Chunks(t.max_len), unit = blockIdx.x;
+  const int cl = threadIdx.x / kKFinalChannels, dl = threadIdx.x % kKFinalChannels;
+  const int64_t d = static_cast<int64_t>(blockIdx.y) * kKFinalChannels + dl;
+  float s = 0.f, hi = -__builtin_huge_valf(), lo = __builtin_huge_valf();
+  if (d < t.head_dim) {
+#pragma unroll 4  // independent loads in flight; the adds keep their order
+    for (int64_t c = cl; c < chunks; c += kKFinalLanes) {
       const int64_t j = (unit * chunks + c) * t.head_dim + d;
       s = __fadd_rn(s, sum[j]);
       hi = MaxNan(hi, mx[j]);
       lo = MinNan(lo, mn[j]);
     }
-    const int64_t len = t.Length(b);
-    const float m = len > 0 ? __fdiv_rn(s, static_cast<float>(len)) : 0.f;
-    mean[i] = m;
+  }
+  part[0][cl][dl] = s;
+  part[1][cl][dl] = hi;
+  part[2][cl][dl] = lo;
+  __syncthreads();
+  uint32_t bits = 0;
+  if (cl == 0 && d < t.head_dim) {
+    float total = 0.f;
+    for (int g = 0; g < kKFinalLanes; ++g) {
+      total = __fadd_rn(total, part[0][g][dl]);
+      hi = MaxNan(hi, part[1][g][dl]);
+      lo = MinNan(lo, part[2][g][dl]);
+    }
+    const int64_t len = t.Length(unit / t.heads);
+    const float m = len > 0 ? __fdiv_rn(total, static_cast<float>(len)) : 0.f;
+    mean[unit * t.head_dim + d] = m;
     if (len > 0) {
       bits = max(__float_as_uint(fabsf(__fsub_rn(hi, m))), __float_as_uint(fabsf(__fsub_rn(lo, m))));
     }

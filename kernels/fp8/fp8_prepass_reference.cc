@@ -104,8 +104,14 @@ std::vector<float> Means(const uint16_t* k, bool bf16, const PrepassTensor& t, i
         }
       }
       for (int64_t d = 0; d < H; ++d) {
+        // KFinalKernel's order: chunk c into stream c % 8 in increasing c, then the 8 streams.
+        float lanes[8];
+        for (int g = 0; g < 8; ++g) {
+          lanes[g] = 0.f;
+          for (int64_t c = g; c < chunks; c += 8) lanes[g] = Add(lanes[g], partial[c * H + d]);
+        }
         float s = 0.f;
-        for (int64_t c = 0; c < chunks; ++c) s = Add(s, partial[c * H + d]);
+        for (int g = 0; g < 8; ++g) s = Add(s, lanes[g]);
         volatile float m = len > 0 ? s / static_cast<float>(len) : 0.f;
         mean[(b * t.heads + h) * H + d] = m;
       }
@@ -186,6 +192,7 @@ namespace fp8 {
 
 std::vector<float> KMeanReference(const AttentionShape& s, const uint16_t* k,
                                   const AttentionTensors& host_index) {
+  if (!s.fp8.smooth_k) return {};
   const int order = s.fp8.rotate ? Fp8HadamardOrder(s.head_dim) : 0;
   return Means(k, s.dtype == DType::kBFloat16, KvTensor(s, host_index), order,
                order ? HadamardNorm(order) : 1.f);

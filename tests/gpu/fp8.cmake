@@ -25,7 +25,15 @@ if(ATTN_CUDA)
   endif()
   add_test(NAME fp8_prepass_test COMMAND fp8_prepass_test)
 
-  set_tests_properties(fp8_parity_test fp8_quantize_test fp8_prepass_test PROPERTIES
+  # The INT8 Q·Kᵀ path of the 8-bit kernel (per-token pre-pass, both P·V formats): pre-pass
+  # bit-exactness, recipe errors, causal and tile invariance, padding garbage.
+  add_executable(int8_attention_test ${CMAKE_CURRENT_LIST_DIR}/int8_attention_test.cc)
+  target_link_libraries(int8_attention_test PRIVATE attn_parity attn_kernels GTest::gtest_main
+                        CUDA::cudart_static)
+  add_test(NAME int8_attention_test COMMAND int8_attention_test)
+
+  set_tests_properties(fp8_parity_test fp8_quantize_test fp8_prepass_test int8_attention_test
+    PROPERTIES
     LABELS gpu
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
     TIMEOUT 1200)

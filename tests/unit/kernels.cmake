@@ -30,3 +30,13 @@ if(ATTN_CUDA)
   target_link_libraries(attn_fp8_prepass_reference_test PRIVATE attn_kernels GTest::gtest_main)
   gtest_discover_tests(attn_fp8_prepass_reference_test DISCOVERY_TIMEOUT 60)
 endif()
+
+# The per-token INT8 pre-pass's host reference (dequantisation bounds, padding invariance, the
+# per-token property): CUDA builds only (the fp8 family is), no device needed; the GPU pre-pass is
+# compared with it bit for bit in tests/gpu/int8_attention_test.cc.
+if(ATTN_CUDA)
+  add_executable(attn_int8_prepass_reference_test
+                 ${CMAKE_CURRENT_LIST_DIR}/int8_prepass_reference_test.cc)
+  target_link_libraries(attn_int8_prepass_reference_test PRIVATE attn_kernels GTest::gtest_main)
+  gtest_discover_tests(attn_int8_prepass_reference_test DISCOVERY_TIMEOUT 60)
+endif()
