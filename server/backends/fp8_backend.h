@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "attn/kernels/int8_prepass.h"  // Int8PvFormat
 #include "backends/gpu_context.h"
 
 namespace attn {
@@ -51,11 +52,22 @@ class Fp8Backend final : public Backend {
 
  private:
   bool UseCudnn() const;
+  /// Which kernel runs a request: cuDNN's FP8 SDPA, our per-tensor e4m3 kernel, or our INT8
+  /// Q·Kᵀ kernel with its P·V format (AttendRequest.fp8's formats, kAuto resolved per device).
+  enum class Path { kCudnn, kOwnE4M3, kInt8 };
+  struct Route {
+    Path path = Path::kCudnn;
+    kernels::Int8PvFormat pv = kernels::Int8PvFormat::kE4M3;
+  };
+  Route RouteFor(const AttentionShape& shape) const;
   /// Execute's and ExecuteStaged's body: cuDNN's FP8 SDPA or ExecuteOwnKernel, through
   /// GpuContext::Dispatch with `io`.
   Status Run(const AttentionShape& shape, const GpuContext::Io& io, ExecuteTimes* times);
   Status ExecuteOwnKernel(const AttentionShape& shape, const GpuContext::Io& io,
                           ExecuteTimes* times);
+  /// Int8Prepass, Int8AttentionRun, and the lse's smoothing shift undone.
+  Status ExecuteInt8(const AttentionShape& shape, kernels::Int8PvFormat pv,
+                     const GpuContext::Io& io, ExecuteTimes* times);
 
   std::string name_ = "fp8";
   std::shared_ptr<GpuContext> gpu_;

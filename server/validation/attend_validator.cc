@@ -235,6 +235,38 @@ Status CheckVarlenLengths(const AttendRequest& r, const ValidationLimits& limits
 }
 
 // The mask (causal alignment, windows; normalised against the token limit) and the scale.
+/// AttendRequest.fp8's formats into `o`. FLOAT8_E4M3 inputs are per-tensor E4M3 already, so
+/// they refuse INT8 Q·Kᵀ and 16-bit P·V; 16-bit P·V exists only with INT8 Q·Kᵀ.
+Status ParseFp8Formats(const attention::v1::Fp8Options& f, DType dtype, kernels::Fp8Options* o) {
+  using F = attention::v1::Fp8Options;
+  switch (f.qk_format()) {
+    case F::QK_FORMAT_UNSPECIFIED: o->qk = kernels::Fp8QkFormat::kAuto; break;
+    case F::QK_E4M3_PER_TENSOR: o->qk = kernels::Fp8QkFormat::kE4M3PerTensor; break;
+    case F::QK_INT8_PER_TOKEN: o->qk = kernels::Fp8QkFormat::kInt8PerToken; break;
+    default:
+      return InvalidArgument("fp8.qk_format: unknown value " + std::to_string(f.qk_format()));
+  }
+  switch (f.pv_format()) {
+    case F::PV_FORMAT_UNSPECIFIED: o->pv = kernels::Fp8PvFormat::kAuto; break;
+    case F::PV_E4M3: o->pv = kernels::Fp8PvFormat::kE4M3; break;
+    case F::PV_16BIT: o->pv = kernels::Fp8PvFormat::k16Bit; break;
+    default:
+      return InvalidArgument("fp8.pv_format: unknown value " + std::to_string(f.pv_format()));
+  }
+  if (dtype == DType::kFloat8E4M3 &&
+      (o->qk == kernels::Fp8QkFormat::kInt8PerToken || o->pv == kernels::Fp8PvFormat::k16Bit)) {
+    return InvalidArgument(
+        "fp8: FLOAT8_E4M3 inputs are per-tensor E4M3 already; qk_format QK_INT8_PER_TOKEN and "
+        "pv_format PV_16BIT need float16 or bfloat16 inputs");
+  }
+  if (o->pv == kernels::Fp8PvFormat::k16Bit && o->qk == kernels::Fp8QkFormat::kE4M3PerTensor) {
+    return InvalidArgument(
+        "fp8: pv_format PV_16BIT needs qk_format QK_INT8_PER_TOKEN (or unset); no kernel pairs "
+        "per-tensor E4M3 Q·Kᵀ with 16-bit P·V");
+  }
+  return Status::Ok();
+}
+
 Status CheckMaskAndScale(const AttendRequest& r, const ValidationLimits& limits,
                          kernels::AttentionShape* shape) {
   kernels::AttentionShape& s = *shape;
@@ -294,6 +326,7 @@ Status CheckMaskAndScale(const AttendRequest& r, const ValidationLimits& limits,
   // has checked them finite and > 0).
   s.fp8.rotate = !r.fp8().has_rotate() || r.fp8().rotate();
   s.fp8.smooth_k = !r.fp8().has_smooth_k() || r.fp8().smooth_k();
+  ATTN_RETURN_IF_ERROR(ParseFp8Formats(r.fp8(), s.dtype, &s.fp8));
   if (s.dtype == DType::kFloat8E4M3) {
     s.fp8.q_descale = r.q().scale();
     s.fp8.k_descale = r.k().scale();

@@ -94,6 +94,43 @@ TEST(AttendValidator, Fp8OptionsDefaultOnAndE4M3ScalesAreCarried) {
   ExpectInvalid(r, "v.scale");
 }
 
+TEST(AttendValidator, Fp8FormatsParseAndImpossiblePairsAreRefused) {
+  using F = attention::v1::Fp8Options;
+  AttendRequest r = Padded(1, 4, 4, 2, 2, 64);
+  auto v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.fp8.qk, kernels::Fp8QkFormat::kAuto);
+  EXPECT_EQ(v->shape.fp8.pv, kernels::Fp8PvFormat::kAuto);
+  r.mutable_fp8()->set_qk_format(F::QK_INT8_PER_TOKEN);
+  r.mutable_fp8()->set_pv_format(F::PV_16BIT);
+  v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.fp8.qk, kernels::Fp8QkFormat::kInt8PerToken);
+  EXPECT_EQ(v->shape.fp8.pv, kernels::Fp8PvFormat::k16Bit);
+  r.mutable_fp8()->set_qk_format(F::QK_E4M3_PER_TENSOR);  // no such kernel pair
+  ExpectInvalid(r, "PV_16BIT needs qk_format QK_INT8_PER_TOKEN");
+  r.mutable_fp8()->set_pv_format(F::PV_E4M3);
+  v = ValidateAttend(r);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->shape.fp8.qk, kernels::Fp8QkFormat::kE4M3PerTensor);
+  EXPECT_EQ(v->shape.fp8.pv, kernels::Fp8PvFormat::kE4M3);
+  r.mutable_fp8()->set_qk_format(static_cast<F::QkFormat>(7));  // an unknown enum value
+  ExpectInvalid(r, "fp8.qk_format: unknown value 7");
+  r.mutable_fp8()->set_qk_format(F::QK_INT8_PER_TOKEN);
+  r.mutable_fp8()->set_pv_format(static_cast<F::PvFormat>(9));
+  ExpectInvalid(r, "fp8.pv_format: unknown value 9");
+  // FLOAT8_E4M3 inputs are per-tensor already: INT8 Q·Kᵀ is refused for them.
+  r.mutable_fp8()->set_pv_format(F::PV_FORMAT_UNSPECIFIED);
+  for (auto* t : {r.mutable_q(), r.mutable_k(), r.mutable_v()}) {
+    t->set_dtype(attention::v1::FLOAT8_E4M3);
+    t->mutable_data()->resize(t->data().size() / 2);
+    t->set_scale(1.f);
+  }
+  ExpectInvalid(r, "FLOAT8_E4M3 inputs are per-tensor E4M3 already");
+  r.mutable_fp8()->set_qk_format(F::QK_FORMAT_UNSPECIFIED);
+  EXPECT_TRUE(ValidateAttend(r).ok());
+}
+
 TEST(AttendValidator, VarlenComputesOffsets) {
   AttendRequest r;
   r.set_layout(attention::v1::LAYOUT_VARLEN);

@@ -90,9 +90,18 @@ enum class Layout : int { kPadded = 0, kVarlen = 1 };
 /// How the `fp8` backend quantises a request (issue 20; docs/fp8.md). Ignored by every other
 /// family. The accuracy measures of the pre-pass (attn/kernels/fp8_prepass.h) are on by
 /// default; a request can turn them off (AttendRequest.fp8).
+/// The format of Q·Kᵀ: kAuto is the device's default (sm_89: INT8 per token in our kernel;
+/// sm_90: cuDNN's per-tensor E4M3 FP8 SDPA).
+enum class Fp8QkFormat : int { kAuto = 0, kE4M3PerTensor = 1, kInt8PerToken = 2 };
+/// The format of P·V in our kernel: kAuto is E4M3 on sm_89 (native QMMA) and 16-bit on sm_90
+/// (e4m3 mma.sync is emulated there); k16Bit needs INT8 Q·Kᵀ (the only kernel built with it).
+enum class Fp8PvFormat : int { kAuto = 0, kE4M3 = 1, k16Bit = 2 };
+
 struct Fp8Options {
   bool rotate = true;    ///< Hadamard-rotate q and k per head (QKᵀ unchanged) before the scale
   bool smooth_k = true;  ///< subtract K's mean over each entry's valid keys, per kv head
+  Fp8QkFormat qk = Fp8QkFormat::kAuto;  ///< AttendRequest.fp8.qk_format
+  Fp8PvFormat pv = Fp8PvFormat::kAuto;  ///< AttendRequest.fp8.pv_format
   /// dtype kFloat8E4M3 only: the request's per-tensor dequantisation scales (Tensor.scale),
   /// real = stored × descale; o comes back in E4M3 with v_descale as its scale.
   float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
