@@ -1,17 +1,19 @@
-// `fp8`: attention with E4M3 inputs and fp32 accumulation, output in the request's dtype
-// (DESIGN.md §5). fp16/bf16 q, k, v are quantised on the GPU by the accuracy pre-pass
-// (kernels/include/attn/kernels/fp8_prepass.h: per-tensor scales from the amax over valid
-// positions, K smoothing and a Hadamard rotation of q and k unless the request turns them off),
-// counted in the kernel time. FLOAT8_E4M3 requests (the client quantised, Tensor.scale the
-// descales) run on the cuDNN path as given and get o back in E4M3 with v's scale.
-//   sm_90 and newer: cuDNN's FP8 SDPA (kernels/cudnn, CudnnGraphKind::kFp8); padded layouts;
-//     Hopper has no bottom-right diagonal in FP8 (refused by Supports with the reason).
-//   sm_89 (L4): our own e4m3 mma.sync kernel (kernels/fp8, Fp8AttentionRun).
-// Error against float64, measured on an H200 (cuDNN 9.19 path): 0.050-0.060 relative L2 on random
-// normal inputs (E4M3 keeps 3 mantissa bits, and cuDNN on Hopper writes O in E4M3: DESIGN.md §4's
-// 6e-2 is met only just, one T=4096 H=128 shape measured 0.0601); 0.25-0.41 on the
-// outlier-channel set (×20 channels in q/k: logits of O(100) move by units). Requests that need
-// the bf16 tolerance should not use fp8 (auto never picks it: it fails the bf16 parity check).
+// `fp8`: 8-bit attention with fp32 accumulation, output in the request's dtype (DESIGN.md §5;
+// docs/fp8.md). fp16/bf16 q, k, v are quantised on the GPU by a pre-pass counted in the kernel
+// time (statistics over valid positions, a Hadamard rotation of q and k and K smoothing unless
+// AttendRequest.fp8 turns them off). Three routes (RouteFor), by AttendRequest.fp8's formats:
+//   cuDNN's FP8 SDPA (kernels/cudnn, CudnnGraphKind::kFp8), per-tensor E4M3 (Fp8Prepass):
+//     sm_90's default; padded layouts; Hopper has no bottom-right diagonal in FP8 (refused by
+//     Supports with the reason). FLOAT8_E4M3 requests (the client quantised, Tensor.scale the
+//     descales) run here as given and get o back in E4M3 with v's scale.
+//   our e4m3 kernel (Fp8AttentionRun), per-tensor E4M3: sm_89 with QK_E4M3_PER_TENSOR.
+//   our INT8 Q·Kᵀ kernel (Int8Prepass + Int8AttentionRun), per-token INT8 q/k and E4M3 or
+//     16-bit P·V: sm_89's default (E4M3 P·V) and sm_90 with QK_INT8_PER_TOKEN (16-bit P·V
+//     unless PV_E4M3: e4m3 mma.sync is emulated on Hopper).
+// Error against float64 (H200, docs/fp8.md): cuDNN route 0.05-0.06 relative L2 on normal
+// inputs, up to 0.12-0.15 on ×20 outlier channels; INT8 route 0.028-0.037 (E4M3 P·V) and
+// 0.007-0.015 (16-bit P·V) on normal, outlier and key-bias inputs. Requests that need the bf16
+// tolerance should not use fp8 (auto never picks it: it fails the bf16 parity check).
 #pragma once
 
 #include <memory>
