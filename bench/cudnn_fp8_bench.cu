@@ -32,6 +32,8 @@
 //   fp8_default      the same with the default recipe (Hadamard rotation of q/k, K smoothing)
 //   prepass_plain    Fp8Prepass alone, recipe off
 //   prepass_default  Fp8Prepass alone, default recipe
+//   prepass_rotate   Fp8Prepass alone, rotation only
+//   prepass_smooth   Fp8Prepass alone, K smoothing only
 // FLOPs = 4·B·N·T·S·H, halved for causal (DESIGN.md §10); ratio = cudnn_ms / impl_ms (> 1: faster
 // than cuDNN bf16). The pre-passes are reported in GB/s of bf16 input read once (q, k, v)
 // instead of TFLOP/s. Per shape also fp8_graph_tuned / fp8_graph (time ratio; < 1: tuning won).
@@ -800,6 +802,24 @@ bool Bench::RunShape(const BenchShape& bs, uint64_t seed) {
       Output::kNone, 0, [&, pws_default, pws_default_size](int i) {
         const IoSet& st = sets[i];
         CHECK_OK(Fp8Prepass(s_default, st.Bf16(), st.scratch_q8, st.scratch_k8, st.scratch_v8,
+                            st.scratch_scalars, pws_default, pws_default_size, stream));
+      });
+  impls.back().bytes = prepass_bytes;
+  // One measure at a time: what the rotation and the smoothing each cost.
+  attn::kernels::AttentionShape s_rotate = s_default, s_smooth = s_default;
+  s_rotate.fp8.smooth_k = false;
+  s_smooth.fp8.rotate = false;
+  add("prepass_rotate", "Fp8Prepass " + attn::kernels::Fp8RecipeName(s_rotate.fp8),
+      Output::kNone, 0, [&, s_rotate, pws_plain, pws_plain_size](int i) {
+        const IoSet& st = sets[i];
+        CHECK_OK(Fp8Prepass(s_rotate, st.Bf16(), st.scratch_q8, st.scratch_k8, st.scratch_v8,
+                            st.scratch_scalars, pws_plain, pws_plain_size, stream));
+      });
+  impls.back().bytes = prepass_bytes;
+  add("prepass_smooth", "Fp8Prepass " + attn::kernels::Fp8RecipeName(s_smooth.fp8),
+      Output::kNone, 0, [&, s_smooth, pws_default, pws_default_size](int i) {
+        const IoSet& st = sets[i];
+        CHECK_OK(Fp8Prepass(s_smooth, st.Bf16(), st.scratch_q8, st.scratch_k8, st.scratch_v8,
                             st.scratch_scalars, pws_default, pws_default_size, stream));
       });
   impls.back().bytes = prepass_bytes;
