@@ -69,11 +69,11 @@ class AsyncAttentionClient(AttentionClient):
 
     async def attend(self, q, k, v, *, causal=None, window=None, q_lengths=None,
                      kv_lengths=None, scale=None, backend=None, return_lse=False, varlen=None,
-                     dtype=None, timeout=None):
+                     dtype=None, fp8=None, timeout=None):
         """Attend → AttendResult (see AttentionClient.attend)."""
         req = self.build_request(q, k, v, causal=causal, window=window, q_lengths=q_lengths,
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
-                                 return_lse=return_lse, varlen=varlen, dtype=dtype)
+                                 return_lse=return_lse, varlen=varlen, dtype=dtype, fp8=fp8)
         try:
             resp = await self._call(self._attn.Attend, "Attend", req, timeout)
         except InvalidArgument as e:  # (B,N,T,H) arrays: the message names the layout

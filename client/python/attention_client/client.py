@@ -55,6 +55,34 @@ def _lengths(x, name):
     return out
 
 
+_FP8_QK = {"e4m3_per_tensor": pb.Fp8Options.QK_E4M3_PER_TENSOR,
+           "int8_per_token": pb.Fp8Options.QK_INT8_PER_TOKEN}
+_FP8_PV = {"e4m3": pb.Fp8Options.PV_E4M3, "16bit": pb.Fp8Options.PV_16BIT}
+
+
+def _fp8_options(fp8):
+    """attend()'s fp8 dict → attention.v1.Fp8Options; InvalidArgument names a bad key or value."""
+    if not isinstance(fp8, dict):
+        raise InvalidArgument(f"fp8 must be a dict, got {type(fp8).__name__}")
+    unknown = sorted(set(fp8) - {"rotate", "smooth_k", "qk_format", "pv_format"})
+    if unknown:
+        raise InvalidArgument(f"fp8: unknown keys {unknown} (rotate, smooth_k, qk_format, "
+                              "pv_format)")
+    o = pb.Fp8Options()
+    for key in ("rotate", "smooth_k"):
+        if key in fp8:
+            if not isinstance(fp8[key], bool):
+                raise InvalidArgument(f"fp8.{key} must be a bool, got {fp8[key]!r}")
+            setattr(o, key, fp8[key])
+    for key, table in (("qk_format", _FP8_QK), ("pv_format", _FP8_PV)):
+        if key in fp8:
+            if fp8[key] not in table:
+                raise InvalidArgument(f"fp8.{key} must be one of {sorted(table)}, got "
+                                      f"{fp8[key]!r}")
+            setattr(o, key, table[fp8[key]])
+    return o
+
+
 class AttentionClient(ExtendCalls, PackedCalls):
     """Client for one attention-server.
 
@@ -170,7 +198,7 @@ class AttentionClient(ExtendCalls, PackedCalls):
 
     def build_request(self, q, k, v, *, causal=None, window=None, q_lengths=None,
                       kv_lengths=None, scale=None, backend=None, return_lse=False, varlen=None,
-                      dtype=None):
+                      dtype=None, fp8=None):
         """The AttendRequest that attend() would send (see attend for the arguments)."""
         qa, qwire = _t.to_numpy(q)
         ka, kwire = _t.to_numpy(k)
@@ -202,11 +230,13 @@ class AttentionClient(ExtendCalls, PackedCalls):
             backend=backend or "", return_lse=bool(return_lse))
         if scale is not None:
             req.scale = float(scale)
+        if fp8 is not None:
+            req.fp8.CopyFrom(_fp8_options(fp8))
         return req
 
     def attend(self, q, k, v, *, causal=None, window=None, q_lengths=None, kv_lengths=None,
                scale=None, backend=None, return_lse=False, varlen=None, dtype=None,
-               timeout=None):
+               fp8=None, timeout=None):
         """O = softmax(scale · Q Kᵀ + mask) V on the server.
 
         Shapes (JAX layout): padded q (B,T,N,H), k and v (B,S,K,H); varlen (packed)
@@ -224,7 +254,10 @@ class AttentionClient(ExtendCalls, PackedCalls):
         scale: softmax scale (default 1/sqrt(H)). backend: "auto", "cpu", "naive", "fused"...
         (None: server default; a named backend that cannot run the input raises
         FailedPrecondition). return_lse: also return the float32 log-sum-exp (natural log).
-        timeout: seconds (None: the client's default).
+        fp8: backend "fp8" only (docs/fp8.md), a dict of any of rotate (bool), smooth_k (bool),
+        qk_format ("e4m3_per_tensor" or "int8_per_token") and pv_format ("e4m3" or "16bit");
+        unset keys take the server's defaults (measures on, the device's formats); the recipe
+        that ran is report.recipe. timeout: seconds (None: the client's default).
 
         Returns AttendResult(o, lse, report). Raises InvalidArgument (bad shapes, dtypes,
         lengths, unknown backend; the server's message names the field; a head-count error
@@ -234,7 +267,7 @@ class AttentionClient(ExtendCalls, PackedCalls):
         """
         req = self.build_request(q, k, v, causal=causal, window=window, q_lengths=q_lengths,
                                  kv_lengths=kv_lengths, scale=scale, backend=backend,
-                                 return_lse=return_lse, varlen=varlen, dtype=dtype)
+                                 return_lse=return_lse, varlen=varlen, dtype=dtype, fp8=fp8)
         try:
             resp = self._call(self._attn.Attend, "Attend", req, timeout)
         except InvalidArgument as e:  # (B,N,T,H) arrays: the message names the layout

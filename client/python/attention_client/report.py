@@ -21,6 +21,8 @@ class Report:
     # replayed without its event nodes: --kv-timing-every): host_to_device, kernel and
     # device_to_host are then 0, "not measured". True for every Attend.
     device_timed: bool = True
+    # Backend "fp8": the quantisation recipe that ran (ExecutionReport.recipe); "" elsewhere.
+    recipe: str = ""
 
     @classmethod
     def from_pb(cls, r):
@@ -31,4 +33,4 @@ class Report:
                              "host_to_device": t.host_to_device_us, "kernel": t.kernel_us,
                              "device_to_host": t.device_to_host_us, "encode": t.encode_us,
                              "total": t.total_us},
-                   device_timed=not t.device_untimed)
+                   device_timed=not t.device_untimed, recipe=r.recipe)
