@@ -1,5 +1,7 @@
 #include "common/client_text.h"
 
+#include <cstdio>
+
 namespace attn {
 
 size_t Utf8PrefixLength(std::string_view s, size_t max_bytes) {
@@ -28,6 +30,12 @@ std::string CapStatusMessage(std::string_view message) {
       message.substr(0, Utf8PrefixLength(message, kMaxStatusMessageBytes - kNote.size())));
   out += kNote;
   return out;
+}
+
+std::string EchoFloat(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", value);
+  return buf;
 }
 
 }  // namespace attn

@@ -45,4 +45,8 @@ std::string EchoList(int64_t count, At at, int64_t max_items = 8) {
 /// A status message safe to send: at most kMaxStatusMessageBytes, cut at a UTF-8 boundary.
 std::string CapStatusMessage(std::string_view message);
 
+/// A client's float value for an error message, with 9 significant digits ("%.9g": -1e-10
+/// stays -1e-10 where std::to_string would print -0.000000; nan, inf as such).
+std::string EchoFloat(double value);
+
 }  // namespace attn

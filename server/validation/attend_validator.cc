@@ -61,7 +61,7 @@ Status CheckTensor(const Tensor& t, const std::string& field, int rank, DType* d
   }
   if (*dt == DType::kFloat8E4M3 && !(t.scale() > 0.f && std::isfinite(t.scale()))) {
     return InvalidArgument(field + ".scale: FLOAT8_E4M3 needs a finite scale > 0, got " +
-                           std::to_string(t.scale()));
+                           EchoFloat(t.scale()));
   }
   *dtype_out = *dt;
   return Status::Ok();
@@ -316,7 +316,7 @@ Status CheckMaskAndScale(const AttendRequest& r, const ValidationLimits& limits,
   s.mask = kernels::NormalizeMask(s.mask, limits.max_tokens, limits.max_tokens);
   if (r.has_scale()) {
     if (!(std::isfinite(r.scale()) && r.scale() > 0.f)) {
-      return InvalidArgument("scale: expected finite and > 0, got " + std::to_string(r.scale()));
+      return InvalidArgument("scale: expected finite and > 0, got " + EchoFloat(r.scale()));
     }
     s.scale = r.scale();
   } else {

@@ -163,7 +163,7 @@ StatusOr<SequenceConfig> ValidateCreateSequence(const pb::CreateSequenceRequest 
       for (float s : {r.k_scales(i), r.v_scales(i)}) {
         if (!(s > 0.f) || !std::isfinite(s)) {
           return InvalidArgument("k_scales/v_scales[" + std::to_string(i) +
-                                 "]: expected finite > 0, got " + std::to_string(s));
+                                 "]: expected finite > 0, got " + EchoFloat(s));
         }
       }
     }
@@ -171,7 +171,7 @@ StatusOr<SequenceConfig> ValidateCreateSequence(const pb::CreateSequenceRequest 
     c.v_scales.assign(r.v_scales().begin(), r.v_scales().end());
   }
   if (r.has_scale() && !(r.scale() > 0.f && std::isfinite(r.scale()))) {
-    return InvalidArgument("scale: expected finite > 0, got " + std::to_string(r.scale()));
+    return InvalidArgument("scale: expected finite > 0, got " + EchoFloat(r.scale()));
   }
   c.num_layers = r.num_layers();
   c.num_kv_heads = r.num_kv_heads();

@@ -1,7 +1,8 @@
 """attend()'s fp8 options (issue 20) on a live CPU server: the client encodes rotate, smooth_k,
 qk_format and pv_format into AttendRequest.fp8 and refuses bad keys and values itself; the
 server validates the formats for every backend (INVALID_ARGUMENT for impossible pairs and
-unknown enum values, naming the field), ignores them outside `fp8`, and a CPU-only server
+unknown enum values, naming the field; attention.proto says so), ignores valid ones outside
+`fp8`, and a CPU-only server
 refuses backend "fp8" with the reason. The fp8 routes themselves run in
 tests/gpu/gpu_fp8_backend_test.cc (GPU only).
 Run: ATTN_SERVER_BIN=build/server/attention-server PYTHONPATH=client/python \\
@@ -46,6 +47,10 @@ def test_client_encodes_every_option():
         assert req.fp8.pv_format == pb.Fp8Options.PV_16BIT
         unset = c.build_request(q, k, v)
         assert not unset.HasField("fp8")
+        as_pb = c.build_request(q, k, v, fp8=pb.Fp8Options(smooth_k=False))
+        assert as_pb.fp8.HasField("smooth_k") and not as_pb.fp8.smooth_k
+        numpy_bool = c.build_request(q, k, v, fp8={"rotate": np.bool_(False)})
+        assert numpy_bool.fp8.HasField("rotate") and not numpy_bool.fp8.rotate
 
 
 @pytest.mark.parametrize("fp8, needle", [
@@ -54,6 +59,8 @@ def test_client_encodes_every_option():
     ({"qk_format": "int4"}, "fp8.qk_format must be one of"),
     ({"pv_format": "fp8"}, "fp8.pv_format must be one of"),
     ("int8", "fp8 must be a dict"),
+    ({"qk_format": ["int8_per_token"]}, "fp8.qk_format must be one of"),  # unhashable values
+    ({"pv_format": {"a": 1}}, "fp8.pv_format must be one of"),
 ])
 def test_client_refuses_bad_options_without_a_call(fp8, needle):
     with AttentionClient("127.0.0.1:9", timeout=1) as c:

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "attention/v1/sequence.pb.h"
@@ -95,6 +96,15 @@ TEST(ClientText, ValidatorEchoesAreBounded) {
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   EXPECT_LT(c.status().message().size(), 512u);
   EXPECT_NE(c.status().message().find("(20000 bytes)"), std::string::npos);
+}
+
+TEST(ClientText, EchoFloatKeepsTinyAndSpecialValues) {
+  EXPECT_EQ(EchoFloat(-1e-10f), "-1.00000001e-10");  // std::to_string: "-0.000000"
+  EXPECT_EQ(EchoFloat(0.5), "0.5");
+  EXPECT_EQ(EchoFloat(3e38), "3e+38");
+  EXPECT_EQ(EchoFloat(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(EchoFloat(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_NE(EchoFloat(std::numeric_limits<double>::quiet_NaN()).find("nan"), std::string::npos);
 }
 
 }  // namespace

@@ -61,7 +61,10 @@ _FP8_PV = {"e4m3": pb.Fp8Options.PV_E4M3, "16bit": pb.Fp8Options.PV_16BIT}
 
 
 def _fp8_options(fp8):
-    """attend()'s fp8 dict → attention.v1.Fp8Options; InvalidArgument names a bad key or value."""
+    """attend()'s fp8 dict (or an attention.v1.Fp8Options, sent as given) → Fp8Options;
+    InvalidArgument names a bad key or value."""
+    if isinstance(fp8, pb.Fp8Options):
+        return fp8
     if not isinstance(fp8, dict):
         raise InvalidArgument(f"fp8 must be a dict, got {type(fp8).__name__}")
     unknown = sorted(set(fp8) - {"rotate", "smooth_k", "qk_format", "pv_format"})
@@ -71,12 +74,12 @@ def _fp8_options(fp8):
     o = pb.Fp8Options()
     for key in ("rotate", "smooth_k"):
         if key in fp8:
-            if not isinstance(fp8[key], bool):
+            if not isinstance(fp8[key], (bool, np.bool_)):
                 raise InvalidArgument(f"fp8.{key} must be a bool, got {fp8[key]!r}")
-            setattr(o, key, fp8[key])
+            setattr(o, key, bool(fp8[key]))
     for key, table in (("qk_format", _FP8_QK), ("pv_format", _FP8_PV)):
         if key in fp8:
-            if fp8[key] not in table:
+            if not isinstance(fp8[key], str) or fp8[key] not in table:
                 raise InvalidArgument(f"fp8.{key} must be one of {sorted(table)}, got "
                                       f"{fp8[key]!r}")
             setattr(o, key, table[fp8[key]])
@@ -254,7 +257,8 @@ class AttentionClient(ExtendCalls, PackedCalls):
         scale: softmax scale (default 1/sqrt(H)). backend: "auto", "cpu", "naive", "fused"...
         (None: server default; a named backend that cannot run the input raises
         FailedPrecondition). return_lse: also return the float32 log-sum-exp (natural log).
-        fp8: backend "fp8" only (docs/fp8.md), a dict of any of rotate (bool), smooth_k (bool),
+        fp8: backend "fp8" only (docs/fp8.md), an attention.v1.Fp8Options or a dict of any of
+        rotate (bool), smooth_k (bool),
         qk_format ("e4m3_per_tensor" or "int8_per_token") and pv_format ("e4m3" or "16bit");
         unset keys take the server's defaults (measures on, the device's formats); the recipe
         that ran is report.recipe. timeout: seconds (None: the client's default).
