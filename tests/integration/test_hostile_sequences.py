@@ -178,7 +178,7 @@ def test_expired_sequences_are_swept_without_any_call():
         s.close()
 
 
-def _long_step_then_cancelled_step(stub, sid, cancel, a_seconds):
+def _long_step_then_cancelled_step(stub, load, sid, cancel, a_seconds):
     """Step A (T=1536 at 8) runs (about `a_seconds`); B (T=1 at 1544) is sent while it runs and
     cancelled (or given a short deadline) well before A ends; returns B's status code."""
     done = threading.Event()
@@ -188,9 +188,18 @@ def _long_step_then_cancelled_step(stub, sid, cancel, a_seconds):
         a_result["r"] = stub.Extend(step(sid, 8, 1536, 3), timeout=120)
         done.set()
 
+    idle = load(pb.GetLoadRequest(), timeout=10).requests_in_flight
     t = threading.Thread(target=run_a)
     t.start()
-    time.sleep(a_seconds * 0.3)  # A is computing and holds the sequence
+    # A must hold the sequence before B is sent: on a loaded 2-core runner the thread can start
+    # late, so wait until the server serves A (in flight, not queued) instead of trusting a sleep.
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = load(pb.GetLoadRequest(), timeout=10)
+        if r.requests_in_flight > idle and r.requests_queued == 0:
+            break
+        time.sleep(0.005)
+    time.sleep(a_seconds * 0.2)  # A is computing and holds the sequence
     b = stub.Extend.future(step(sid, 1544, 1, 4), timeout=None if cancel else a_seconds * 0.2)
     if cancel:
         time.sleep(a_seconds * 0.2)
@@ -210,6 +219,7 @@ def _long_step_then_cancelled_step(stub, sid, cancel, a_seconds):
 def test_step_cancelled_behind_another_step_is_not_applied():
     with ServerProc("--batch-threads", "2", "--threads", "4") as server:
         stub = spb_grpc.SequenceServiceStub(server.channel)
+        load = pb_grpc.AttentionServiceStub(server.channel).GetLoad
         probe = create(stub)
         t0 = time.time()
         stub.Extend(step(probe, 0, 1536, 3), timeout=120)
@@ -218,7 +228,7 @@ def test_step_cancelled_behind_another_step_is_not_applied():
         for cancel in (True, False):
             sid = create(stub)
             stub.Extend(step(sid, 0, 8, 1), timeout=10)
-            code = _long_step_then_cancelled_step(stub, sid, cancel, a_seconds)
+            code = _long_step_then_cancelled_step(stub, load, sid, cancel, a_seconds)
             assert code == (grpc.StatusCode.CANCELLED if cancel
                             else grpc.StatusCode.DEADLINE_EXCEEDED)
             time.sleep(0.3)
