@@ -11,6 +11,8 @@
 #   packed64  the same as one packed ExtendBatch per step (one q, k, v tensor; one o);
 #   pstream64 the same on one ExtendBatchStream, the 64 split into 2 micro-batches in flight
 #             (message = one micro-batch's write to its reply);
+#   packed64h, pstream64h  packed64 and pstream64 with q, k, v and o through a leased host
+#             shared-memory region (loadgen --region host; message includes the client's copies);
 # plus an empty-call floor (C++ tiny Attend: one query token, one key; frontend_measure.py).
 # Writes ${OUT:-out}/path-<transport>-<case>-<i>.json (the loadgen's --json), their server logs
 # and path-summary.json: per case the median over the repeats of message p50/p99, server
@@ -59,6 +61,10 @@ for transport in $TRANSPORTS; do
           --max-gen "$STEPS64") ;;
         pstream64) args=(--decode-api packed-stream --batches-in-flight 2 --batch-sessions 64
           --requests 64 --concurrency 1 --max-gen "$STEPS64") ;;
+        packed64h) args=(--decode-api packed --batch-sessions 64 --requests 64 --concurrency 1
+          --max-gen "$STEPS64" --region host) ;;
+        pstream64h) args=(--decode-api packed-stream --batches-in-flight 2 --batch-sessions 64
+          --requests 64 --concurrency 1 --max-gen "$STEPS64" --region host) ;;
       esac
       timeout 120 "$lg" attention-loadgen --target "$target" --workload session "${shape[@]}" \
         "${args[@]}" --json "$out/path-$transport-$case-$i.json" \

@@ -24,7 +24,8 @@
 # IN_FLIGHT=2 HEADS=32 KV_HEADS=8 HEAD_DIM=128 DTYPE=bf16 LAYERS=1; RUN: a launcher taking the
 # binary name first, default the bundle's .bundle/attn/run.sh; LOADGEN_RUN: the loadgen's;
 # KV_DEVICE=cpu and tiny shapes for a CPU try; KV_CACHE_BYTES; SERVER_ARGS: extra server flags;
-# LOADGEN_TIMEOUT (s, 240) bounds each loadgen). Exit 0 when every loadgen exited 0 and the
+# LOADGEN_TIMEOUT (s, 240) bounds each loadgen; REGION=host: each loadgen passes its tensors
+# through a leased host shared-memory region, loadgen --region). Exit 0 when every loadgen exited 0 and the
 # summary was written. Wall time on an H200 at the defaults: not measured yet (expected < 1 min).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -67,7 +68,7 @@ args=(--target "unix:$dir/attn.sock" --workload session --decode-api packed-stre
   --batches-in-flight "$IN_FLIGHT" --batch-sessions "$SESSIONS" --requests "$SESSIONS"
   --concurrency 1 --layers "$LAYERS" --heads "$HEADS" --kv-heads "$KV_HEADS"
   --head-dim "$HEAD_DIM" --dtype "$DTYPE" --fixed-tokens "$CONTEXT" --max-gen "$STEPS"
-  --verify-fraction "$VERIFY_FRACTION" --fail-on-error --quiet)
+  --verify-fraction "$VERIFY_FRACTION" --region "${REGION:-none}" --fail-on-error --quiet)
 # No --check-kv-released: each loadgen would see the sequences the others still hold.
 pids=()
 for i in $(seq 1 "$P"); do

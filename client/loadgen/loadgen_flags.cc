@@ -60,6 +60,13 @@ void AddSessionFlags(CLI::App& app, SessionOptions* session) {
                  "--max-batches-in-flight")
       ->check(InRange(1, 64))
       ->capture_default_str();
+  app.add_option("--region", session->region,
+                 "session, --decode-api packed/packed-stream: where q, k, v and o travel: none "
+                 "(their bytes in the messages) or host (a POSIX shared-memory region per group, "
+                 "leased with SharedMemoryLease; same machine as the server; the message "
+                 "latency includes the copies into and out of the region)")
+      ->check(CLI::IsMember({"none", "host"}))
+      ->capture_default_str();
   app.add_option("--gen-scale", session->gen_scale,
                  "session/mooncake: multiply the trace's generated tokens by this (rounded)")
       ->check(NonNegative())

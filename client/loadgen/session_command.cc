@@ -29,6 +29,12 @@ int RunSessionCommand(const SessionCommand& c) {
     std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
     return kExitCannotStart;
   }
+  if (session.region != "none" && session.decode_api != "packed" &&
+      session.decode_api != "packed-stream") {
+    std::cerr << "attention-loadgen: --region " << session.region
+              << " needs --decode-api packed or packed-stream (only packed batches name regions)\n";
+    return kExitCannotStart;
+  }
   std::vector<SessionPlan> plans;
   std::vector<MooncakeRequest> mooncake;
   std::string description;
@@ -87,6 +93,8 @@ int RunSessionCommand(const SessionCommand& c) {
                        session.decode_api == "packed-stream";
   report.batch_sessions = grouped ? session.batch_sessions : 0;
   report.batches_in_flight = session.decode_api == "packed-stream" ? session.batches_in_flight : 0;
+  const bool packed = session.decode_api == "packed" || session.decode_api == "packed-stream";
+  report.region = packed ? session.region : "none";
   report.verify_fraction = run.verify_fraction;
   report.tolerance = ResolveTolerance(run.tolerance, run.shape.dtype);
   report.planned = count;

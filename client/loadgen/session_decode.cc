@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loadgen/dtype_codec.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/session_runner.h"
 #include "loadgen/session_verify.h"
@@ -122,6 +123,19 @@ void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
     Deadline(&ctx);
     std::unique_ptr<BatchStream> stream;
     if (o_.decode_api == "packed-stream" && max_gen > 0) stream = stub->ExtendBatchStream(&ctx);
+    GroupRegion region;
+    const bool packed = o_.decode_api == "packed" || o_.decode_api == "packed-stream";
+    if (packed && o_.region == "host" && max_gen > 0) {
+      for (size_t i = 0; i < group.size(); ++i) group[i].slot = static_cast<int64_t>(i);
+      region.layout = PackedLayout::For(static_cast<int64_t>(group.size()), shape_.n, shape_.k,
+                                        shape_.h, DTypeSize(shape_.dtype));
+      std::string error;
+      region.shm = ShmRegion::Create(stub, region.layout.bytes, o_.run.connect_timeout_ms, &error);
+      if (!region.shm) {
+        st->Error(grpc::StatusCode::UNAVAILABLE, "SharedMemoryLease", error);
+        for (auto& s : group) s.failed = true;
+      }
+    }
     for (int64_t step = 0; step < max_gen; ++step) {
       std::vector<LiveSession*> active;
       for (auto& s : group) {
@@ -135,7 +149,10 @@ void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
         }
         break;
       }
-      if (!GroupStep(stub, stream.get(), std::move(active), step, st)) break;
+      if (!GroupStep(stub, stream.get(), std::move(active), step,
+                     region.shm ? &region : nullptr, st)) {
+        break;
+      }
     }
     if (stream) {
       stream->WritesDone();
@@ -152,10 +169,10 @@ void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
 }
 
 bool SessionRunner::GroupStep(Stub* stub, BatchStream* stream, std::vector<LiveSession*> active,
-                              int64_t step, SessionStats* st) {
-  if (stream != nullptr) return PackedStreamStep(stream, std::move(active), step, st);
+                              int64_t step, const GroupRegion* region, SessionStats* st) {
+  if (stream != nullptr) return PackedStreamStep(stream, std::move(active), step, region, st);
   if (o_.decode_api == "packed") {
-    PackedStep(stub, std::move(active), step, st);
+    PackedStep(stub, std::move(active), step, region, st);
   } else {
     BatchStep(stub, std::move(active), step, st);
   }

@@ -4,13 +4,18 @@
 // layer written as soon as its previous layer's reply arrives, so that many batches are in
 // flight at once and the server's work overlaps the wire; replies are matched by tag).
 // Message latency (message_us) is one call's or one stream message's write → reply, request
-// building excluded; step_us is a whole decode step of the group through every layer.
+// building excluded; step_us is a whole decode step of the group through every layer. With
+// --region host the tensors' bytes go through a leased shared-memory region (shm_region.h):
+// the message latency then includes the client's copies of q, k, v into the region and of o
+// out of it (what a frontend whose tensors live elsewhere pays).
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "loadgen/dtype_codec.h"
 #include "loadgen/interrupt.h"
 #include "loadgen/session_runner.h"
 #include "loadgen/session_verify.h"
@@ -21,10 +26,6 @@ namespace av1 = attention::v1;
 using Clock = SessionClock;
 
 namespace {
-
-int64_t ItemSize(av1::DType d) {
-  return d == av1::FLOAT32 ? 4 : d == av1::FLOAT8_E4M3 ? 1 : 2;
-}
 
 void SetPackedTensor(av1::Tensor* t, av1::DType dtype, int64_t rows, int64_t heads, int64_t h,
                      std::string bytes) {
@@ -62,10 +63,40 @@ void SessionRunner::BuildPacked(const std::vector<LiveSession*>& sessions, int l
   SetPackedTensor(p->mutable_v(), shape_.dtype, rows, shape_.k, shape_.h, std::move(v));
 }
 
+void SessionRunner::StageInRegion(const GroupRegion& region, const std::vector<LiveSession*>& sent,
+                                  av1::ExtendBatchRequest* req) {
+  const PackedLayout& l = region.layout;
+  const int64_t row0 = sent.front()->slot;
+  const auto rows = static_cast<int64_t>(sent.size());
+  av1::PackedExtendBatch* p = req->mutable_packed();
+  struct Part {
+    av1::Tensor* tensor;
+    int64_t offset, row;
+    av1::RegionSlice* slice;
+  } parts[3] = {{p->mutable_q(), l.q, l.q_row, p->mutable_q_region()},
+                {p->mutable_k(), l.k, l.kv_row, p->mutable_k_region()},
+                {p->mutable_v(), l.v, l.kv_row, p->mutable_v_region()}};
+  for (Part& part : parts) {
+    const int64_t at = part.offset + row0 * part.row;
+    std::memcpy(region.shm->data() + at, part.tensor->data().data(), part.tensor->data().size());
+    region.shm->Slice(at, rows * part.row, part.slice);
+    part.tensor->clear_data();
+  }
+  region.shm->Slice(l.o + row0 * l.q_row, rows * l.q_row, p->mutable_o_region());
+}
+
+void SessionRunner::TakeFromRegion(const GroupRegion& region, const std::vector<LiveSession*>& sent,
+                                   av1::ExtendBatchResponse* resp) {
+  if (resp->code() != 0 || resp->steps_size() != static_cast<int>(sent.size())) return;
+  const PackedLayout& l = region.layout;
+  const char* o = region.shm->data() + l.o + sent.front()->slot * l.q_row;
+  resp->mutable_o()->set_data(o, static_cast<size_t>(l.q_row) * sent.size());
+}
+
 bool SessionRunner::TakePacked(const std::vector<LiveSession*>& sent, int layer, int64_t step,
                                const av1::ExtendBatchResponse& resp, const char* method,
                                SessionStats* st) {
-  const int64_t row_bytes = shape_.n * shape_.h * ItemSize(shape_.dtype);
+  const int64_t row_bytes = shape_.n * shape_.h * DTypeSize(shape_.dtype);
   const bool sizes_ok =
       resp.code() == 0 && resp.steps_size() == static_cast<int>(sent.size()) &&
       static_cast<int64_t>(resp.o().data().size()) == row_bytes * static_cast<int64_t>(sent.size());
@@ -104,7 +135,7 @@ bool SessionRunner::TakePacked(const std::vector<LiveSession*>& sent, int layer,
 
 // --decode-api packed: one packed ExtendBatch per layer holding every session still going.
 void SessionRunner::PackedStep(Stub* stub, std::vector<LiveSession*> active, int64_t step,
-                               SessionStats* st) {
+                               const GroupRegion* region, SessionStats* st) {
   const auto t0 = Clock::now();
   av1::ExtendBatchRequest req;
   for (int layer = 0; layer < o_.layers; ++layer) {
@@ -119,7 +150,9 @@ void SessionRunner::PackedStep(Stub* stub, std::vector<LiveSession*> active, int
     Deadline(&ctx);
     av1::ExtendBatchResponse resp;
     const auto w = Clock::now();
+    if (region != nullptr) StageInRegion(*region, sent, &req);
     const grpc::Status status = stub->ExtendBatch(&ctx, req, &resp);
+    if (status.ok() && region != nullptr) TakeFromRegion(*region, sent, &resp);
     st->message_us.Record(SessionMicros(Clock::now() - w));
     if (!status.ok()) {
       for (LiveSession* s : sent) {
@@ -136,7 +169,7 @@ void SessionRunner::PackedStep(Stub* stub, std::vector<LiveSession*> active, int
 // --decode-api packed-stream: one decode step of the group through every layer, the group split
 // into up to --batches-in-flight micro-batches, all in flight on `stream` at once.
 bool SessionRunner::PackedStreamStep(BatchStream* stream, std::vector<LiveSession*> active,
-                                     int64_t step, SessionStats* st) {
+                                     int64_t step, const GroupRegion* region, SessionStats* st) {
   const auto t0 = Clock::now();
   std::vector<LiveSession*> live;
   for (LiveSession* s : active) {
@@ -157,6 +190,7 @@ bool SessionRunner::PackedStreamStep(BatchStream* stream, std::vector<LiveSessio
     BuildPacked(sent, layer, step, &req);
     req.set_tag(Tag(layer, c));
     written[req.tag()] = Clock::now();
+    if (region != nullptr) StageInRegion(*region, sent, &req);
     return stream->Write(req);
   };
   bool ok = true;
@@ -174,10 +208,11 @@ bool SessionRunner::PackedStreamStep(BatchStream* stream, std::vector<LiveSessio
       ok = false;
       break;
     }
-    st->message_us.Record(SessionMicros(Clock::now() - it->second));
-    written.erase(it);
     const int layer = static_cast<int>(resp.tag() >> 32);
     const auto c = static_cast<size_t>(resp.tag() & 0xffffffffu);
+    if (region != nullptr) TakeFromRegion(*region, chunk[c], &resp);
+    st->message_us.Record(SessionMicros(Clock::now() - it->second));
+    written.erase(it);
     TakePacked(chunk[c], layer, step, resp, "ExtendBatchStream", st);
     if (layer + 1 < o_.layers) ok = send(c, layer + 1);
   }

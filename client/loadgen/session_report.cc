@@ -51,6 +51,7 @@ std::string FormatSessionReport(const SessionReport& r) {
       << (r.batches_in_flight > 0
               ? ", " + std::to_string(r.batches_in_flight) + " micro-batches in flight"
               : "")
+      << (r.region != "none" ? ", tensors through a " + r.region + " shared-memory region" : "")
       << "\n"
       << "concurrency            " << r.concurrency << "\n";
   if (!r.stop_reason.empty()) out << "stopped                " << r.stop_reason << "\n";

@@ -26,6 +26,7 @@ struct SessionReport {
   int layers = 1;
   int batch_sessions = 0;
   int batches_in_flight = 0;  ///< packed-stream: micro-batches in flight (0: other APIs)
+  std::string region = "none";  ///< packed APIs: where the tensors' bytes went (--region)
   double verify_fraction = 0;
   double tolerance = 0;  ///< relative L2 a verified o passes within (--tolerance or the dtype's)
   double wall_s = 0;

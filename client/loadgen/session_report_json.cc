@@ -21,6 +21,7 @@ nlohmann::json SessionReportToJson(const SessionReport& r) {
   j["decode_api"] = r.decode_api;
   j["batch_sessions"] = r.batch_sessions;
   j["batches_in_flight"] = r.batches_in_flight;
+  j["region"] = r.region;
   j["concurrency"] = r.concurrency;
   j["verify_fraction"] = r.verify_fraction;
   j["tolerance"] = r.tolerance;

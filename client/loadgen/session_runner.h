@@ -19,6 +19,7 @@
 #include "loadgen/session_requests.h"
 #include "loadgen/session_stats.h"
 #include "loadgen/session_workload.h"
+#include "loadgen/shm_region.h"
 
 namespace attn::loadgen {
 
@@ -30,6 +31,13 @@ struct LiveSession {
   TokenKeyFn key;
   bool verify = false;
   bool failed = false;
+  int64_t slot = 0;  ///< grouped APIs: the session's row in its group (ShmRegion's layout)
+};
+
+/// --region host: a group's leased region and its layout (null region: bytes in the message).
+struct GroupRegion {
+  std::unique_ptr<ShmRegion> shm;
+  PackedLayout layout;
 };
 
 /// After SIGINT/SIGTERM, the deadline of each ReleaseSequence (see SessionRunner::ReleaseSeq).
@@ -75,7 +83,7 @@ class SessionRunner {
   void BatchStep(Stub* stub, std::vector<LiveSession*> active, int64_t step, SessionStats* st);
   /// One group decode step over `stream` (packed-stream); false when the stream broke.
   bool GroupStep(Stub* stub, BatchStream* stream, std::vector<LiveSession*> active, int64_t step,
-                 SessionStats* st);
+                 const GroupRegion* region, SessionStats* st);
 
   // --- session_packed.cc: the packed decode APIs (packed, packed-stream).
   /// `req` := the packed ExtendBatch of one decode step of `sessions` on `layer`.
@@ -86,9 +94,18 @@ class SessionRunner {
   bool TakePacked(const std::vector<LiveSession*>& sent, int layer, int64_t step,
                   const attention::v1::ExtendBatchResponse& resp, const char* method,
                   SessionStats* st);
-  void PackedStep(Stub* stub, std::vector<LiveSession*> active, int64_t step, SessionStats* st);
+  /// --region host: moves `req`'s q, k and v bytes into the rows of `region` that start at
+  /// `sent`'s first session's slot and names them (and o's rows) in the request.
+  static void StageInRegion(const GroupRegion& region, const std::vector<LiveSession*>& sent,
+                            attention::v1::ExtendBatchRequest* req);
+  /// --region host: copies a packed reply's o rows out of the region into resp->o().data().
+  static void TakeFromRegion(const GroupRegion& region, const std::vector<LiveSession*>& sent,
+                             attention::v1::ExtendBatchResponse* resp);
+  /// `region`: null, or the group's leased region (--region host).
+  void PackedStep(Stub* stub, std::vector<LiveSession*> active, int64_t step,
+                  const GroupRegion* region, SessionStats* st);
   bool PackedStreamStep(BatchStream* stream, std::vector<LiveSession*> active, int64_t step,
-                        SessionStats* st);
+                        const GroupRegion* region, SessionStats* st);
   void FinishGroupStep(const std::vector<LiveSession*>& active, int64_t step,
                        SessionClock::duration took, SessionStats* st);
 

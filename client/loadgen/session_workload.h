@@ -55,6 +55,7 @@ struct SessionOptions {
   int layers = 1;
   int batch_sessions = 8;
   int batches_in_flight = 2;  // packed-stream: micro-batches of a group in flight
+  std::string region = "none";  // packed APIs: none (bytes in the message) | host (ShmRegion)
   double gen_scale = 1.0;
   int64_t max_gen = 64;
   TokenScaling scaling;

@@ -16,13 +16,20 @@ for _ in $(seq 1 300); do [ -s "$dir/port" ] && break; sleep 0.1; done
 target="127.0.0.1:$(cat "$dir/port")"
 common=(--target "$target" --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --verify-fraction 1
         --quiet --check-kv-released --fail-on-error)
-for api in extend batch stream packed packed-stream; do
+# api:region — the packed APIs also with q, k, v and o through a leased host shared-memory
+# region (--region host): the same verified outputs, and the region released at the end.
+for variant in extend batch stream packed packed-stream packed:host packed-stream:host; do
+  api=${variant%%:*}
+  region=none
+  [ "$api" = "$variant" ] || region=${variant#*:}
+  name=$api-$region
   "$loadgen" "${common[@]}" --workload session --decode-api "$api" --requests 6 --concurrency 2 \
-    --batch-sessions 3 --batches-in-flight 2 --dtype fp32 --token-scale 0.02 --max-gen 4 --json "$dir/$api.json" \
-    | tee "$dir/$api.txt"
-  python3 - "$dir/$api.json" <<'PY'
+    --batch-sessions 3 --batches-in-flight 2 --dtype fp32 --token-scale 0.02 --max-gen 4 \
+    --region "$region" --json "$dir/$name.json" | tee "$dir/$name.txt"
+  python3 - "$dir/$name.json" "$region" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
+assert j["region"] == sys.argv[2], j
 assert j["sessions"] == 6 and j["sessions_ok"] == 6, j
 assert not j["errors"] and j["mismatches"] == 0 and j["verified"] > 0, j
 assert j["decode_steps"] > 0 and j["decode_step_latency_ms"]["count"] == j["decode_steps"], j
@@ -45,6 +52,10 @@ if j["decode_api"] == "packed-stream":
     assert j["batches_in_flight"] == 2, j
 PY
 done
+# Every region the loadgen created was unlinked when its group ended.
+if ls /dev/shm/attn_loadgen_* >/dev/null 2>&1; then
+  echo "loadgen left shared-memory objects behind:"; ls /dev/shm/attn_loadgen_*; exit 1
+fi
 "$loadgen" "${common[@]}" --workload mooncake --requests 16 --concurrency 2 --dtype bf16 \
   --token-scale 0.01 --max-gen 2 --prefix-cache-sequences 3 --json "$dir/mc.json" \
   --csv "$dir/mc.csv" | tee "$dir/mc.txt"
