@@ -11,6 +11,24 @@
 #include "loadgen/verify.h"
 
 namespace attn::loadgen {
+namespace {
+
+// Option combinations CLI11 cannot check on its own; false (said on stderr) when refused.
+bool OptionsCombine(const SessionOptions& session) {
+  const std::string& api = session.decode_api;
+  if (session.workload == "mooncake" && api != "extend" && api != "stream") {
+    std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
+    return false;
+  }
+  if (session.region != "none" && api != "packed" && api != "packed-stream") {
+    std::cerr << "attention-loadgen: --region " << session.region
+              << " needs --decode-api packed or packed-stream (only packed batches name regions)\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 int RunSessionCommand(const SessionCommand& c) {
   const SessionOptions& session = c.session;
@@ -25,16 +43,7 @@ int RunSessionCommand(const SessionCommand& c) {
   const std::string& csv_path = c.csv_path;
   const std::string& json_path = c.json_path;
   const bool fail_on_error = c.fail_on_error;
-  if (workload == "mooncake" && session.decode_api != "extend" && session.decode_api != "stream") {
-    std::cerr << "attention-loadgen: --workload mooncake decodes with extend or stream\n";
-    return kExitCannotStart;
-  }
-  if (session.region != "none" && session.decode_api != "packed" &&
-      session.decode_api != "packed-stream") {
-    std::cerr << "attention-loadgen: --region " << session.region
-              << " needs --decode-api packed or packed-stream (only packed batches name regions)\n";
-    return kExitCannotStart;
-  }
+  if (!OptionsCombine(session)) return kExitCannotStart;
   std::vector<SessionPlan> plans;
   std::vector<MooncakeRequest> mooncake;
   std::string description;
