@@ -130,9 +130,11 @@ void SessionRunner::WorkBatch(Stub* stub, SessionStats* st) {
       region.layout = PackedLayout::For(static_cast<int64_t>(group.size()), shape_.n, shape_.k,
                                         shape_.h, DTypeSize(shape_.dtype));
       std::string error;
-      region.shm = ShmRegion::Create(stub, region.layout.bytes, o_.run.connect_timeout_ms, &error);
+      grpc::StatusCode code = grpc::StatusCode::OK;
+      region.shm =
+          ShmRegion::Create(stub, region.layout.bytes, o_.run.connect_timeout_ms, &code, &error);
       if (!region.shm) {
-        st->Error(grpc::StatusCode::UNAVAILABLE, "SharedMemoryLease", error);
+        st->Error(code, "SharedMemoryLease", error);
         for (auto& s : group) s.failed = true;
       }
     }

@@ -18,6 +18,7 @@ namespace av1 = attention::v1;
 namespace {
 
 constexpr int64_t kAlign = 64;
+constexpr std::chrono::seconds kCloseWait{5};
 
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -44,7 +45,9 @@ PackedLayout PackedLayout::For(int64_t rows, int64_t heads, int64_t kv_heads, in
 }
 
 std::unique_ptr<ShmRegion> ShmRegion::Create(av1::SequenceService::Stub* stub, int64_t bytes,
-                                             int64_t timeout_ms, std::string* error) {
+                                             int64_t timeout_ms, grpc::StatusCode* code,
+                                             std::string* error) {
+  *code = grpc::StatusCode::INTERNAL;  // the loadgen's own failures (shm_open, mmap)
   std::unique_ptr<ShmRegion> r(new ShmRegion());
   r->name_ = UniqueName();
   r->bytes_ = bytes;
@@ -83,10 +86,10 @@ std::unique_ptr<ShmRegion> ShmRegion::Create(av1::SequenceService::Stub* stub, i
   if (!answered.get()) {
     const grpc::Status status = r->lease_->Finish();
     r->lease_.reset();
-    *error = "SharedMemoryLease " + r->name_ + ": " +
+    *code = status.ok() ? grpc::StatusCode::UNAVAILABLE : status.error_code();
+    *error = "region " + r->name_ + ": " +
              (status.ok() ? std::string("the stream ended before the region was leased")
-                          : std::to_string(static_cast<int>(status.error_code())) + " " +
-                                status.error_message());
+                          : status.error_message());
     return nullptr;
   }
   r->region_id_ = resp.region_id();
@@ -95,11 +98,17 @@ std::unique_ptr<ShmRegion> ShmRegion::Create(av1::SequenceService::Stub* stub, i
 
 ShmRegion::~ShmRegion() {
   if (lease_) {
-    // Half-close: the server ends the lease stream once it has unmapped the region.
-    lease_->WritesDone();
-    av1::SharedMemoryLeaseResponse more;
-    while (lease_->Read(&more)) {
-    }
+    // Half-close: the server ends the lease stream once it has unmapped the region. A server
+    // that does not end it within kCloseWait is cut off (the region is then released when the
+    // connection goes), so that the loadgen's exit never hangs on it.
+    auto ended = std::async(std::launch::async, [this] {
+      lease_->WritesDone();
+      av1::SharedMemoryLeaseResponse more;
+      while (lease_->Read(&more)) {
+      }
+    });
+    if (ended.wait_for(kCloseWait) != std::future_status::ready) ctx_.TryCancel();
+    ended.get();
     (void)lease_->Finish();
   }
   if (base_ != nullptr) munmap(base_, static_cast<size_t>(bytes_));

@@ -39,11 +39,12 @@ struct PackedLayout {
 class ShmRegion {
  public:
   /// Creates a region of `bytes` (>= 1) and leases it on `stub`'s server; waits up to
-  /// `timeout_ms` for the lease. On failure returns null and sets *error ("what: why", with the
-  /// server's status code name when it refused).
+  /// `timeout_ms` for the lease (then cancels it: CANCELLED). On failure returns null and sets
+  /// *code (the server's refusal, e.g. NOT_FOUND for a server on another machine; INTERNAL
+  /// when shm_open/ftruncate/mmap failed here) and *error ("what: why").
   static std::unique_ptr<ShmRegion> Create(attention::v1::SequenceService::Stub* stub,
                                            int64_t bytes, int64_t timeout_ms,
-                                           std::string* error);
+                                           grpc::StatusCode* code, std::string* error);
   ~ShmRegion();
   ShmRegion(const ShmRegion&) = delete;
   ShmRegion& operator=(const ShmRegion&) = delete;
